@@ -1,0 +1,25 @@
+# Each target sets up what it needs (scripts/bootstrap.sh: .venv, torch, the package) by itself.
+VENV := .venv
+BIN := $(VENV)/bin
+STUDY ?= studies/tinyshakespeare.toml
+
+.PHONY: study smoke test lint bootstrap clean
+
+bootstrap:
+	@scripts/bootstrap.sh
+
+# The default study on tinyshakespeare, in runs/<study>.db, ending with runs/<study>_pareto.csv.
+study: bootstrap
+	$(BIN)/launch-study run $(STUDY)
+
+smoke: bootstrap
+	$(BIN)/launch-study run studies/smoke.toml
+
+test: bootstrap
+	$(BIN)/python -m pytest
+
+lint: bootstrap
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf runs .pytest_cache

@@ -1,0 +1,146 @@
+"""Study files (``studies/*.toml``) -> a validated ``StudyConfig``; every error names file and key."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import UserError, closest
+from orchestrator.search_space import SearchSpace, check_value
+from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams, bounded, field_specs
+from trainers.model import FAMILIES
+
+MODEL_SPECS: dict[str, dict] = {
+    "n_layer": {"type": int, "default": 4, "low": 1},
+    "n_head": {"type": int, "default": 8, "low": 1},
+    "d_model": {"type": int, "default": 128, "low": 1},
+    "block_size": {"type": int, "default": 128, "low": 1},
+    "family": {"type": str, "default": "gpt", "choices": FAMILIES},
+    "n_persistent": {"type": int, "default": 64, "low": 1},
+    "dropout": {"type": float, "default": 0.0, "low": 0.0, "high": 1.0, "high_open": True},
+}
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    name: str = bounded("", kind=str, doc="the Optuna study's name")
+    n_trials: int = bounded(12, 1, doc="COMPLETE trials the study ends with")
+    max_concurrent: int = bounded(1, 1, doc="trials running at once")
+    seed: int = bounded(0, 0)
+    cpus_per_trial: float = bounded(2.0, 0.0)
+    gpus_per_trial: float = bounded(0.0, 0.0)
+    max_retries: int = bounded(1, 0, doc="Tune retries of a trial whose worker died")
+    max_failed_trials: int = bounded(5, 0, doc="FAIL trials a run tolerates before it stops")
+
+
+@dataclass(frozen=True)
+class CorpusSettings:
+    """One text split contiguously, or separate train and validation files (paths relative to
+    the study file)."""
+
+    path: str = bounded("", kind=str)
+    train_path: str = bounded("", kind=str)
+    val_path: str = bounded("", kind=str)
+    val_fraction: float = bounded(0.1, 0.0, 1.0, high_open=True)
+
+    def load_kwargs(self, base: Path) -> dict[str, Any]:
+        """Arguments for ``CharCorpus.load`` with paths resolved against ``base``."""
+        paths = {k: base / v for k in ("path", "train_path", "val_path") if (v := getattr(self, k))}
+        return {**paths, "val_fraction": self.val_fraction}
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    source: Path
+    study: StudySettings
+    corpus: CorpusSettings
+    model: dict[str, Any]  # ModelConfig fields but vocab_size (known once the corpus is read)
+    pretrain: PretrainConfig
+    budget: TrialBudget
+    search: SearchSpace
+    raw: dict[str, Any] = field(default_factory=dict)  # the merged TOML, stored with the study
+
+
+SECTIONS = ("study", "corpus", "model", "pretrain", "trial", "search")
+
+
+def _table(where: str, table: Any, specs: dict[str, dict]) -> dict[str, Any]:
+    """Check a TOML table against its specs; returns the values with defaults filled in."""
+    if not isinstance(table, dict):
+        raise UserError(f"{where}: must be a table")
+    for key in table:
+        if key not in specs:
+            raise UserError(f"{where}: unknown key {key!r}{closest(key, specs)}")
+    values = {}
+    for key, spec in specs.items():
+        if key in table:
+            values[key] = check_value(f"{where} {key}", table[key], spec)
+        else:
+            values[key] = spec["default"]
+    return values
+
+
+def _parse_override(item: str) -> tuple[list[str], Any]:
+    """``section.key=value``; the value is read as TOML (numbers, booleans, lists), else a string."""
+    if "=" not in item:
+        raise UserError(f"--set {item!r}: expected section.key=value")
+    key, text = item.split("=", 1)
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text
+    path = key.strip().split(".")
+    if len(path) != 2 or not all(path):
+        raise UserError(f"--set {item!r}: the key must be section.key, e.g. trial.prune_steps")
+    return path, value
+
+
+def load_study_config(path: str | Path, overrides: list[str] = ()) -> StudyConfig:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"study file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"cannot read study file {path}: {err}") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise UserError(f"{path}: TOML syntax error: {err}") from None
+    for item in overrides:
+        (section, key), value = _parse_override(item)
+        raw.setdefault(section, {})
+        if not isinstance(raw[section], dict):
+            raise UserError(f"{path}: [{section}] must be a table")
+        raw[section][key] = value
+    for section in raw:
+        if section not in SECTIONS:
+            raise UserError(f"{path}: unknown section [{section}]{closest(section, SECTIONS)}")
+
+    study = _table(f"{path}: [study]", raw.get("study", {}), field_specs(StudySettings))
+    if not study["name"]:
+        raise UserError(f"{path}: [study] name is required")
+    corpus = _table(f"{path}: [corpus]", raw.get("corpus", {}), field_specs(CorpusSettings))
+    if not corpus["path"] and not (corpus["train_path"] and corpus["val_path"]):
+        raise UserError(f"{path}: [corpus] needs path, or both train_path and val_path")
+    model = _table(f"{path}: [model]", raw.get("model", {}), MODEL_SPECS)
+    if model["d_model"] % model["n_head"]:
+        raise UserError(
+            f"{path}: [model] d_model {model['d_model']} is not divisible by n_head {model['n_head']}"
+        )
+    pretrain = _table(f"{path}: [pretrain]", raw.get("pretrain", {}), field_specs(PretrainConfig))
+    budget = _table(f"{path}: [trial]", raw.get("trial", {}), field_specs(TrialBudget))
+    search = SearchSpace.from_table(f"{path}: [search]", raw.get("search", {}), field_specs(TrialHParams))
+    search.check_reachable(f"{path}: [search]", [model["n_head"]] * model["n_layer"])
+    return StudyConfig(
+        source=path,
+        study=StudySettings(**study),
+        corpus=CorpusSettings(**corpus),
+        model=model,
+        pretrain=PretrainConfig(**pretrain),
+        budget=TrialBudget(**budget),
+        search=search,
+        raw=raw,
+    )

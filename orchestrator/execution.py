@@ -1,0 +1,160 @@
+"""Ray Tune runs the trials; the Optuna study in the database decides what each one does.
+
+``StudyDriver`` is the bridge, living in the driver process. Tune asks its searcher for the next
+trial's config (an Optuna ``ask`` plus the search space, define-by-run) and tells its callback when
+a trial ends (an Optuna ``tell``, then the frontier table). Tune calls the searcher before the
+callbacks, and only the callback sees a failed trial's error, so every ``tell`` happens there.
+
+Nothing here is pickled with a database URL in it: Tune pickles its searcher and callbacks into
+the experiment folder, and both drop the driver when pickled.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+import ray
+from ray import tune
+from ray.tune import Callback
+from ray.tune.search import Searcher
+
+from orchestrator.search_space import SearchSpace
+from orchestrator.storage import OBJECTIVES
+from trainers.hparams import TrialHParams
+from trainers.trial import TrialSetup, run_trial
+
+RESULT_KEY = "trial_result"  # the whole TrialResult, as JSON, beside the two objectives
+
+
+def train_on_worker(config: dict[str, Any], setup: TrialSetup) -> None:
+    """The Tune trainable: runs on a Ray worker, knows nothing of the database."""
+    import torch
+
+    threads = setup.budget.threads or max(
+        1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))
+    )
+    torch.set_num_threads(threads)
+    result = run_trial(setup, TrialHParams(**config["hparams"]))
+    tune.report(
+        {
+            "val_perplexity": result.val_perplexity,
+            "n_params": result.n_params,
+            RESULT_KEY: json.dumps(result.to_dict()),
+        }
+    )
+
+
+class StudyDriver:
+    """Keeps the Optuna study and the running Tune trials in step, and the budget of trials."""
+
+    def __init__(
+        self,
+        study: optuna.Study,
+        space: SearchSpace,
+        *,
+        n_trials: int,
+        max_failed: int,
+        on_finished: Callable[[int], None],
+    ) -> None:
+        self.study, self.space = study, space
+        self.n_trials, self.max_failed = n_trials, max_failed
+        self.on_finished = on_finished
+        complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        self.n_complete = len(complete)
+        self.n_failed = 0  # in this run
+        self.dense_control_pending = not any(t.user_attrs.get("dense_control") for t in complete)
+        self.live: dict[str, optuna.Trial] = {}  # Tune trial id -> Optuna trial
+        self.started: dict[str, float] = {}
+
+    def next_config(self, tune_trial_id: str) -> dict | str | None:
+        if self.n_complete >= self.n_trials or self.n_failed > self.max_failed:
+            return Searcher.FINISHED if not self.live else None
+        if self.n_complete + len(self.live) >= self.n_trials:
+            return None  # enough trials running to reach the budget: wait for them
+        trial = self.study.ask()
+        if self.dense_control_pending:
+            # The study's first trial is the dense control: the same budget, nothing removed.
+            hparams = self.space.suggest(trial, overrides={"sparsity": 0.0})
+            trial.set_user_attr("dense_control", True)
+            self.dense_control_pending = False
+        else:
+            hparams = self.space.suggest(trial)
+        trial.set_user_attr("hparams", hparams)
+        self.live[tune_trial_id] = trial
+        self.started[tune_trial_id] = time.time()
+        return {"optuna_trial": trial.number, "hparams": hparams}
+
+    def finish(self, tune_trial_id: str, result: dict | None, error: str | None) -> None:
+        trial = self.live.pop(tune_trial_id, None)
+        if trial is None:
+            return
+        seconds = time.time() - self.started.pop(tune_trial_id)
+        values = None
+        if error is None and result and RESULT_KEY in result:
+            outcome = json.loads(result[RESULT_KEY])
+            values = [outcome["val_perplexity"], outcome["n_params"]]
+            if not all(math.isfinite(v) for v in values):
+                error, values = f"non-finite objective values {values}", None
+        if values is None:
+            trial.set_user_attr("error", (error or "trial ended without a result")[-2000:])
+            if trial.user_attrs.get("dense_control"):
+                self.dense_control_pending = True
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self.n_failed += 1
+        else:
+            for key in (
+                "n_params_nonembed",
+                "sparsity",
+                "heads_per_layer",
+                "kept_heads",
+                "method",
+                "tokens_per_s",
+                "phase_seconds",
+            ):
+                trial.set_user_attr(key, outcome[key])
+            trial.set_user_attr("wall_seconds", seconds)
+            self.study.tell(trial, values)
+            self.n_complete += 1
+        self.on_finished(trial.number)
+
+
+class StudySearcher(Searcher):
+    def __init__(self, driver: StudyDriver) -> None:
+        super().__init__(metric=OBJECTIVES[0], mode="min")
+        self.driver: StudyDriver | None = driver
+
+    def suggest(self, trial_id: str) -> dict | str | None:
+        return self.driver.next_config(trial_id)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        """The callback below tells Optuna: it alone sees the error of a failed trial."""
+
+    def save(self, checkpoint_path: str) -> None:
+        """Nothing to save: the database holds the study's state."""
+
+    def restore(self, checkpoint_path: str) -> None:
+        """Nothing to restore: a resumed run reads the study from the database."""
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "driver"} | {"driver": None}
+
+
+class StudyCallback(Callback):
+    def __init__(self, driver: StudyDriver) -> None:
+        self.driver: StudyDriver | None = driver
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.driver.finish(trial.trial_id, trial.last_result, None)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        error = trial.get_error()
+        message = str(error).strip().splitlines()[-1] if error else "the trial's worker failed"
+        self.driver.finish(trial.trial_id, None, message)
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "driver"} | {"driver": None}

@@ -1,0 +1,44 @@
+"""The Pareto CSV: the frontier table (or every COMPLETE trial), one column per hyperparameter."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pandas as pd
+
+from orchestrator.errors import UserError
+from orchestrator.storage import StudyStore, complete_trials, read_frontier, trial_row
+
+LEADING_COLUMNS = [
+    "trial_number",
+    "val_perplexity",
+    "n_params",
+    "n_params_nonembed",
+    "sparsity",
+    "heads_per_layer",
+    "method",
+]
+
+
+def study_table(store: StudyStore, study: optuna.Study, everything: bool = False) -> pd.DataFrame:
+    """Rows of the frontier table (default) or of all COMPLETE trials, sorted by n_params; the
+    hyperparameters spread into ``params_<name>`` columns."""
+    if everything:
+        rows = [trial_row(t) for t in complete_trials(study)]
+    else:
+        rows = read_frontier(store, study.study_name)
+    if not rows:
+        raise UserError(f"study {study.study_name!r} has no complete trial to export")
+    frame = pd.DataFrame(rows)
+    params = pd.DataFrame([json.loads(p) for p in frame["params"]]).add_prefix("params_")
+    frame = pd.concat([frame[LEADING_COLUMNS], params], axis=1)
+    return frame.sort_values(["n_params", "val_perplexity", "trial_number"], ignore_index=True)
+
+
+def write_csv(frame: pd.DataFrame, output: Path) -> Path:
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(output, index=False)
+    return output

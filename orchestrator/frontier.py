@@ -1,0 +1,27 @@
+"""The Pareto front of (val_perplexity, n_params), both minimised."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import groupby
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def pareto_front(points: Sequence[T], key=lambda p: p) -> list[T]:
+    """The non-dominated points, sorted by (n_params, perplexity).
+
+    ``key(point)`` gives (perplexity, n_params). A point is dominated when another is no worse in
+    both and better in one; equal points are all kept. One sort and one sweep: O(n log n).
+    """
+    ordered = sorted(points, key=lambda p: (key(p)[1], key(p)[0]))
+    front: list[T] = []
+    best_smaller = float("inf")  # lowest perplexity among strictly fewer parameters
+    for _, group in groupby(ordered, key=lambda p: key(p)[1]):
+        group = list(group)
+        lowest = key(group[0])[0]
+        if lowest < best_smaller:
+            front.extend(p for p in group if key(p)[0] == lowest)
+        best_smaller = min(best_smaller, lowest)
+    return front

@@ -1,0 +1,173 @@
+"""One ``launch-study run``: validate, open the study, pretrain once, search on Ray Tune, export."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+
+from orchestrator.config import StudyConfig
+from orchestrator.errors import UserError
+from orchestrator.execution import StudyCallback, StudyDriver, StudySearcher, train_on_worker
+from orchestrator.export import study_table, write_csv
+from orchestrator.progress import PhaseProgress, say
+from orchestrator.storage import (
+    StudyStore,
+    create_or_load_study,
+    fail_orphaned_trials,
+    open_store,
+    read_frontier,
+    refresh_frontier,
+    study_exists,
+)
+from trainers.data import CharCorpus, CorpusError
+from trainers.model import ModelConfig
+from trainers.pretrain import DenseCheckpoint, ensure_dense_checkpoint
+from trainers.trial import TrialSetup
+
+
+@dataclass
+class RunOptions:
+    storage_url: str
+    study_name: str
+    n_trials: int
+    max_concurrent: int
+    artifacts: Path
+    output_csv: Path
+    ray_address: str | None = None
+
+
+@dataclass
+class RunSummary:
+    study_name: str
+    n_complete: int
+    n_failed_this_run: int
+    front_size: int
+    dense: DenseCheckpoint | None
+    csv: Path
+
+
+def prepare_inputs(cfg: StudyConfig) -> tuple[CharCorpus, ModelConfig]:
+    """Everything that can be checked before the database is touched."""
+    try:
+        corpus = CharCorpus.load(
+            **cfg.corpus.load_kwargs(cfg.source.parent), block_size=cfg.model["block_size"]
+        )
+    except CorpusError as err:
+        raise UserError(f"{cfg.source}: [corpus] {err}") from None
+    return corpus, ModelConfig(vocab_size=corpus.vocab_size, **cfg.model)
+
+
+def _sampler(cfg: StudyConfig, store: StudyStore, name: str) -> optuna.samplers.BaseSampler:
+    # Seeded by the trials already asked, so a resumed study does not replay its start points.
+    asked = 0
+    if study_exists(store, name):
+        asked = len(store.storage.get_all_trials(store.storage.get_study_id_from_name(name), deepcopy=False))
+    return optuna.samplers.TPESampler(
+        seed=cfg.study.seed + asked, n_startup_trials=min(10, cfg.study.n_trials // 2 + 1)
+    )
+
+
+def run_study(cfg: StudyConfig, opts: RunOptions) -> RunSummary:
+    corpus, model_cfg = prepare_inputs(cfg)
+    store = open_store(opts.storage_url)
+    study = create_or_load_study(store, opts.study_name, _sampler(cfg, store, opts.study_name))
+    say(f"study {opts.study_name!r} in {store.safe_url}")
+    orphans = fail_orphaned_trials(study)
+    if orphans:
+        say(f"marked FAIL the trials {orphans} left RUNNING by a driver that stopped")
+    study.set_user_attr("config", cfg.raw)
+
+    driver = StudyDriver(
+        study,
+        cfg.search,
+        n_trials=opts.n_trials,
+        max_failed=cfg.study.max_failed_trials,
+        on_finished=lambda number: _after_trial(store, study, driver, number),
+    )
+    dense = None
+    if driver.n_complete < opts.n_trials:
+        dense = ensure_dense_checkpoint(
+            corpus,
+            model_cfg,
+            cfg.pretrain,
+            opts.artifacts,
+            eval_tokens=cfg.budget.eval_tokens,
+            device=cfg.budget.device,
+            progress=PhaseProgress(),
+        )
+        say(
+            f"dense model: val perplexity {dense.val_perplexity:.3f} "
+            f"({'reused ' + str(dense.path) if dense.reused else f'pretrained in {dense.seconds:.0f}s'})"
+        )
+        study.set_user_attr("dense_val_perplexity", dense.val_perplexity)
+        _search(cfg, opts, driver, TrialSetup(corpus, dense, cfg.budget, cfg.study.seed))
+    else:
+        say(f"study already holds {driver.n_complete} complete trials (asked for {opts.n_trials})")
+
+    rows = refresh_frontier(store, study)
+    csv = write_csv(study_table(store, study), opts.output_csv)
+    say(f"Pareto front: {len(rows)} trials -> {csv}")
+    return RunSummary(opts.study_name, driver.n_complete, driver.n_failed, len(rows), dense, csv)
+
+
+def _after_trial(store: StudyStore, study: optuna.Study, driver: StudyDriver, number: int) -> None:
+    refresh_frontier(store, study)
+    trial = study.get_trials(deepcopy=False)[number]
+    front = len(read_frontier(store, study.study_name))
+    if trial.values:
+        what = (
+            f"COMPLETE  sparsity {trial.user_attrs['sparsity']:.2f}  "
+            f"ppl {trial.values[0]:.3f}  params {int(trial.values[1]):,}"
+        )
+    else:
+        what = f"FAIL  {trial.user_attrs.get('error', '')}"
+    say(
+        f"trial {number}: {what}  | complete {driver.n_complete}/{driver.n_trials}, "
+        f"running {len(driver.live)}, failed {driver.n_failed}, front {front}"
+    )
+
+
+def _search(cfg: StudyConfig, opts: RunOptions, driver: StudyDriver, setup: TrialSetup) -> None:
+    import ray
+    from ray import tune
+
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # our own progress lines, not Tune's tables
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # no TensorBoard/CSV files
+    cpus = cfg.study.cpus_per_trial
+    local = {} if opts.ray_address else {"num_cpus": max(1, math.ceil(cpus * opts.max_concurrent))}
+    ray.init(
+        address=opts.ray_address,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=True,
+        logging_level="ERROR",
+        **local,
+    )
+    try:
+        trainable = tune.with_resources(
+            tune.with_parameters(train_on_worker, setup=setup),
+            {"cpu": cpus, "gpu": cfg.study.gpus_per_trial},
+        )
+        tuner = tune.Tuner(
+            trainable,
+            tune_config=tune.TuneConfig(
+                search_alg=StudySearcher(driver),
+                num_samples=-1,  # the searcher says when the study is done
+                max_concurrent_trials=opts.max_concurrent,
+                reuse_actors=True,
+            ),
+            run_config=tune.RunConfig(
+                name=f"{opts.study_name}",
+                storage_path=str((opts.artifacts / "ray").resolve()),
+                callbacks=[StudyCallback(driver)],
+                failure_config=tune.FailureConfig(max_failures=cfg.study.max_retries),
+                verbose=0,
+            ),
+        )
+        tuner.fit()
+    finally:
+        ray.shutdown()

@@ -1,0 +1,165 @@
+"""The ``[search]`` table: each hyperparameter fixed, a range, or a list of choices.
+
+    sparsity = { low = 0.0, high = 0.9 }          # a range (add log = true, or step = ...)
+    schedule_shape = ["linear", "cubic"]          # choices
+    gate_init = 2.0                               # fixed
+
+Values are suggested define-by-run on an Optuna trial; fixed ones are not suggested, so they stay
+out of the sampler's space but are passed to every trial.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from orchestrator.errors import UserError, closest
+from trainers.gates import check_reachable
+
+
+def _describe_bounds(spec: dict) -> str:
+    low, high = spec.get("low"), spec.get("high")
+    if high is None:
+        return f">= {low}"
+    return f"in [{low}, {high}{')' if spec.get('high_open') else ']'}"
+
+
+def check_value(where: str, value: Any, spec: dict) -> Any:
+    """One value against its spec (type, bounds, choices); returns it converted (int -> float)."""
+    kind = spec.get("type") or type(spec.get("default"))
+    if kind is bool:
+        ok = isinstance(value, bool)
+    elif kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, kind)
+    if not ok:
+        raise UserError(f"{where}: expected {kind.__name__}, got {value!r}")
+    choices = spec.get("choices")
+    if choices and value not in choices:
+        raise UserError(f"{where}: {value!r} is not one of {', '.join(map(str, choices))}")
+    low, high = spec.get("low"), spec.get("high")
+    if low is not None and value < low:
+        raise UserError(f"{where}: {value!r} must be {_describe_bounds(spec)}")
+    if high is not None and (value > high or (spec.get("high_open") and value >= high)):
+        raise UserError(f"{where}: {value!r} must be {_describe_bounds(spec)}")
+    return value
+
+
+@dataclass(frozen=True)
+class Range:
+    low: float
+    high: float
+    log: bool = False
+    step: float | None = None
+    integer: bool = False
+
+    def suggest(self, trial: optuna.Trial, name: str) -> Any:
+        if self.integer:
+            return trial.suggest_int(
+                name, int(self.low), int(self.high), log=self.log, step=int(self.step or 1)
+            )
+        return trial.suggest_float(name, self.low, self.high, log=self.log, step=self.step)
+
+    def values(self) -> list[float]:
+        return [self.low, self.high]
+
+
+@dataclass(frozen=True)
+class Choices:
+    options: tuple
+
+    def suggest(self, trial: optuna.Trial, name: str) -> Any:
+        return trial.suggest_categorical(name, list(self.options))
+
+    def values(self) -> list:
+        return list(self.options)
+
+
+@dataclass(frozen=True)
+class Fixed:
+    value: Any
+
+    def suggest(self, trial: optuna.Trial, name: str) -> Any:
+        return self.value
+
+    def values(self) -> list:
+        return [self.value]
+
+
+RANGE_KEYS = ("low", "high", "log", "step")
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    entries: dict[str, Range | Choices | Fixed]
+
+    @classmethod
+    def from_table(cls, where: str, table: Any, specs: dict[str, dict]) -> SearchSpace:
+        if not isinstance(table, dict):
+            raise UserError(f"{where}: must be a table")
+        entries: dict[str, Range | Choices | Fixed] = {}
+        for name, value in table.items():
+            if name not in specs:
+                raise UserError(f"{where}: unknown hyperparameter {name!r}{closest(name, specs)}")
+            spec, at = specs[name], f"{where} {name}"
+            if isinstance(value, dict):
+                entries[name] = _range(at, value, spec)
+            elif isinstance(value, list):
+                if not value:
+                    raise UserError(f"{at}: an empty list of choices")
+                entries[name] = Choices(tuple(check_value(at, v, spec) for v in value))
+            else:
+                entries[name] = Fixed(check_value(at, value, spec))
+        for name, spec in specs.items():
+            entries.setdefault(name, Fixed(spec["default"]))
+        return cls(entries)
+
+    def suggest(self, trial: optuna.Trial, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Every hyperparameter's value for this trial (define-by-run); ``overrides`` are taken
+        as they are, not suggested (the dense control's sparsity 0)."""
+        overrides = overrides or {}
+        return {
+            name: overrides[name] if name in overrides else entry.suggest(trial, name)
+            for name, entry in self.entries.items()
+        }
+
+    def searched(self) -> list[str]:
+        return [n for n, e in self.entries.items() if not isinstance(e, Fixed)]
+
+    def check_reachable(self, where: str, heads_per_layer: list[int]) -> None:
+        """The highest sparsity the space can ask for must leave min_heads_per_layer heads."""
+        highest = max(self.entries["sparsity"].values())
+        fewest = min(self.entries["min_heads_per_layer"].values())
+        try:
+            check_reachable(heads_per_layer, highest, fewest)
+        except ValueError as err:
+            raise UserError(f"{where} sparsity: {err}") from None
+
+
+def _range(at: str, table: dict, spec: dict) -> Range:
+    kind = spec.get("type") or type(spec.get("default"))
+    if kind not in (int, float):
+        raise UserError(f"{at}: a range needs a numeric hyperparameter; give a list of choices")
+    for key in table:
+        if key not in RANGE_KEYS:
+            raise UserError(f"{at}: unknown range key {key!r}; use low, high, log, step")
+    if "low" not in table or "high" not in table:
+        raise UserError(f"{at}: a range needs both low and high")
+    low, high = check_value(f"{at} low", table["low"], spec), check_value(f"{at} high", table["high"], spec)
+    if low >= high:
+        raise UserError(f"{at}: low {low} must be below high {high}")
+    log = table.get("log", False)
+    if not isinstance(log, bool):
+        raise UserError(f"{at}: log must be true or false")
+    if log and low <= 0:
+        raise UserError(f"{at}: a log range needs low > 0")
+    step = table.get("step")
+    if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float)) or step <= 0):
+        raise UserError(f"{at}: step must be a positive number")
+    return Range(float(low), float(high), log, step, integer=kind is int)

@@ -1,0 +1,206 @@
+"""Everything that touches the database: Optuna's RDB storage and this project's own tables.
+
+One database holds a study: Optuna's tables (trials, values, attributes; what optuna-dashboard
+reads) and ``pareto_frontier``, which this module keeps equal to the non-dominated set of the
+study's COMPLETE trials.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import optuna
+import sqlalchemy as sa
+from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from orchestrator.errors import UserError
+from orchestrator.frontier import pareto_front
+
+OBJECTIVES = ("val_perplexity", "n_params")
+DIRECTIONS = (optuna.study.StudyDirection.MINIMIZE, optuna.study.StudyDirection.MINIMIZE)
+STORAGE_ENV = "HEADPRUNE_STORAGE"
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class ParetoPoint(Base):
+    """One non-dominated COMPLETE trial of a study."""
+
+    __tablename__ = "pareto_frontier"
+    __table_args__ = (sa.UniqueConstraint("study_name", "trial_number"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    study_name: Mapped[str] = mapped_column(sa.String(512), index=True)
+    trial_number: Mapped[int]
+    val_perplexity: Mapped[float] = mapped_column(sa.Float(precision=53))
+    n_params: Mapped[int] = mapped_column(sa.BigInteger)
+    n_params_nonembed: Mapped[int] = mapped_column(sa.BigInteger)
+    sparsity: Mapped[float] = mapped_column(sa.Float(precision=53))
+    heads_per_layer: Mapped[str] = mapped_column(sa.Text)  # JSON list
+    method: Mapped[str] = mapped_column(sa.String(64))
+    params: Mapped[str] = mapped_column(sa.Text)  # JSON object of every hyperparameter
+    updated_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True))
+
+
+FRONTIER_COLUMNS = (
+    "trial_number",
+    "val_perplexity",
+    "n_params",
+    "n_params_nonembed",
+    "sparsity",
+    "heads_per_layer",
+    "method",
+    "params",
+    "updated_at",
+)
+
+
+def redact(url: str) -> str:
+    """The URL with its password replaced by ***: the only form that may be logged."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<malformed database URL>"
+
+
+def resolve_url(url: str | None, study_name: str) -> str:
+    """--storage, else $HEADPRUNE_STORAGE, else an SQLite file runs/<study>.db."""
+    return url or os.environ.get(STORAGE_ENV) or f"sqlite:///runs/{study_name}.db"
+
+
+@dataclass
+class StudyStore:
+    """An open database: the Optuna storage and an engine for our own tables."""
+
+    url: str
+    storage: optuna.storages.RDBStorage
+    engine: sa.Engine
+
+    @property
+    def safe_url(self) -> str:
+        return redact(self.url)
+
+
+def open_store(url: str) -> StudyStore:
+    """Connect (clear one-line errors for a malformed or unreachable URL) and create the tables."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise UserError(f"malformed database URL: {redact(url)}") from None
+    sqlite = parsed.get_backend_name() == "sqlite"
+    if sqlite and parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    engine_kwargs: dict[str, Any] = {"connect_args": {"timeout": 60}} if sqlite else {"pool_pre_ping": True}
+    try:
+        engine = sa.create_engine(url, **engine_kwargs)
+        with engine.connect() as conn:
+            if sqlite:  # WAL: the dashboard can read while the driver writes
+                conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+    except (NoSuchModuleError, ModuleNotFoundError) as err:
+        raise UserError(f"database URL {redact(url)}: driver not installed ({err})") from None
+    except SQLAlchemyError as err:
+        reason = str(getattr(err, "orig", err)).strip().splitlines()[0]
+        raise UserError(f"cannot connect to database {redact(url)}: {reason}") from None
+    storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+    Base.metadata.create_all(engine)  # idempotent
+    return StudyStore(url, storage, engine)
+
+
+def study_exists(store: StudyStore, name: str) -> bool:
+    try:
+        store.storage.get_study_id_from_name(name)
+    except KeyError:
+        return False
+    return True
+
+
+def check_objectives(store: StudyStore, name: str) -> None:
+    """An existing study of this name must have our two objectives, both minimised."""
+    study_id = store.storage.get_study_id_from_name(name)
+    directions = tuple(store.storage.get_study_directions(study_id))
+    names = optuna.load_study(study_name=name, storage=store.storage).metric_names
+    if directions != DIRECTIONS or (names is not None and tuple(names) != OBJECTIVES):
+        shown = ", ".join(names or [d.name.lower() for d in directions])
+        raise UserError(
+            f"study {name!r} already exists in {store.safe_url} with other objectives ({shown}); "
+            f"expected {', '.join(OBJECTIVES)} (both minimised): choose another --study-name"
+        )
+
+
+def create_or_load_study(store: StudyStore, name: str, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+    if study_exists(store, name):
+        check_objectives(store, name)
+        return optuna.load_study(study_name=name, storage=store.storage, sampler=sampler)
+    study = optuna.create_study(
+        storage=store.storage, study_name=name, directions=["minimize", "minimize"], sampler=sampler
+    )
+    study.set_metric_names(list(OBJECTIVES))
+    return study
+
+
+def load_existing_study(store: StudyStore, name: str) -> optuna.Study:
+    if not study_exists(store, name):
+        raise UserError(f"no study named {name!r} in {store.safe_url}")
+    return optuna.load_study(study_name=name, storage=store.storage)
+
+
+def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
+    return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+
+
+def trial_row(trial: FrozenTrial) -> dict[str, Any]:
+    """The frontier/CSV view of a COMPLETE trial (from its values and user attributes)."""
+    attrs = trial.user_attrs
+    return {
+        "trial_number": trial.number,
+        "val_perplexity": trial.values[0],
+        "n_params": int(trial.values[1]),
+        "n_params_nonembed": int(attrs["n_params_nonembed"]),
+        "sparsity": float(attrs["sparsity"]),
+        "heads_per_layer": json.dumps(attrs["heads_per_layer"]),
+        "method": attrs["method"],
+        "params": json.dumps(attrs["hparams"], sort_keys=True),
+    }
+
+
+def refresh_frontier(store: StudyStore, study: optuna.Study) -> list[dict[str, Any]]:
+    """Replace the study's frontier rows by the front recomputed from all COMPLETE trials."""
+    rows = pareto_front(
+        [trial_row(t) for t in complete_trials(study)],
+        key=lambda r: (r["val_perplexity"], r["n_params"]),
+    )
+    now = datetime.now(UTC)
+    with Session(store.engine) as session, session.begin():
+        session.execute(sa.delete(ParetoPoint).where(ParetoPoint.study_name == study.study_name))
+        session.add_all(ParetoPoint(study_name=study.study_name, updated_at=now, **r) for r in rows)
+    return rows
+
+
+def read_frontier(store: StudyStore, study_name: str) -> list[dict[str, Any]]:
+    with Session(store.engine) as session:
+        points = session.scalars(
+            sa.select(ParetoPoint)
+            .where(ParetoPoint.study_name == study_name)
+            .order_by(ParetoPoint.n_params, ParetoPoint.val_perplexity, ParetoPoint.trial_number)
+        ).all()
+        return [{c: getattr(p, c) for c in FRONTIER_COLUMNS} for p in points]
+
+
+def fail_orphaned_trials(study: optuna.Study) -> list[int]:
+    """Mark FAIL every RUNNING trial: called by the one live driver before it asks for trials,
+    so these can only be left over from a driver that died."""
+    orphans = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    for trial in orphans:
+        study._storage.set_trial_user_attr(trial._trial_id, "error", "driver died while it ran")
+        study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+    return [t.number for t in orphans]

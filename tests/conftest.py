@@ -1,0 +1,24 @@
+"""Shared fixtures: tiny models and corpora that make every test run in seconds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = REPO / "studies" / "data" / "tinyshakespeare.txt"
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    torch.manual_seed(0)
+
+
+@pytest.fixture
+def small_text(tmp_path: Path) -> Path:
+    """The first 20k characters of the shipped corpus."""
+    path = tmp_path / "small.txt"
+    path.write_text(CORPUS.read_text(encoding="utf-8")[:20000], encoding="utf-8")
+    return path

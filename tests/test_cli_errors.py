@@ -1,0 +1,112 @@
+"""Every user mistake: one clear line on stderr, exit code 2, nothing written to the database."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+from helpers import REPO, SMOKE, launch
+
+SHIPPED_CORPUS = REPO / "studies" / "data" / "tinyshakespeare.txt"
+
+
+def study_file(tmp_path: Path, text: str | None = None, **replace: str) -> Path:
+    body = SMOKE.read_text() if text is None else text
+    body = body.replace('path = "data/tinyshakespeare.txt"', f'path = "{SHIPPED_CORPUS}"')
+    for old, new in replace.items():
+        assert old in body, old
+        body = body.replace(old, new)
+    path = tmp_path / "study.toml"
+    path.write_text(body)
+    return path
+
+
+def assert_user_error(run, *fragments: str) -> None:
+    assert run.returncode == 2, run.stderr[-2000:]
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, run.stderr
+    assert lines[0].startswith("launch-study: error: ")
+    for fragment in fragments:
+        assert fragment in lines[0]
+    assert "Traceback" not in run.stderr
+
+
+CASES = {
+    "missing study file": (None, [], ["study file not found", "nope.toml"]),
+    "bad flag value": (None, ["--n-trials", "many"], ["--n-trials", "'many'"]),
+    "toml syntax": ("[study\nname = 1", [], ["TOML syntax error", "line 1"]),
+    "unknown key": (
+        {"n_trials = 3": "n_trails = 3"},
+        [],
+        ["[study]", "'n_trails'", "did you mean 'n_trials'"],
+    ),
+    "unknown section": ({"[search]": "[serch]"}, [], ["unknown section [serch]", "did you mean 'search'"]),
+    "wrong type": ({"n_trials = 3": 'n_trials = "three"'}, [], ["[study] n_trials", "expected int"]),
+    "sparsity out of range": (
+        {"sparsity = { low = 0.25, high = 0.75 }": "sparsity = { low = 0.25, high = 1.0 }"},
+        [],
+        ["[search] sparsity high", "[0.0, 1.0)"],
+    ),
+    "sparsity unreachable": (
+        {"sparsity = { low = 0.25, high = 0.75 }": "sparsity = { low = 0.25, high = 0.9 }"},
+        [],
+        ["sparsity", "min_heads_per_layer"],
+    ),
+    "negative budget": ({"prune_steps = 30": "prune_steps = -5"}, [], ["[trial] prune_steps", ">= 1"]),
+    "zero trials": ({"n_trials = 3": "n_trials = 0"}, [], ["[study] n_trials"]),
+    "unknown method": (
+        {"[search]\n": '[search]\nmethod = "magic"\n'},
+        [],
+        ["method", "'magic'", "l0_target"],
+    ),
+    "heads do not divide width": ({"d_model = 32": "d_model = 30"}, [], ["d_model 30", "n_head 4"]),
+    "missing corpus": ({}, [], ["corpus file not found"]),
+    "corpus shorter than a block": ({}, [], ["fewer than one block"]),
+    "bad override": (None, ["--set", "nodot=3"], ["--set", "section.key"]),
+    "zero n-trials flag": (None, ["--n-trials", "0"], ["--n-trials must be at least 1"]),
+    "unreachable database": (
+        None,
+        ["--storage", "postgresql+psycopg://nobody@127.0.0.1:1/x"],
+        ["cannot connect to database", "127.0.0.1:1"],
+    ),
+    "malformed database url": (None, ["--storage", "not a url"], ["malformed database URL"]),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_is_one_clear_line_and_writes_nothing(case, tmp_path):
+    edit, extra, fragments = CASES[case]
+    if case == "missing study file":
+        path = tmp_path / "nope.toml"
+    elif case == "missing corpus":
+        path = study_file(tmp_path)
+        path.write_text(path.read_text().replace(str(SHIPPED_CORPUS), str(tmp_path / "missing.txt")))
+    elif case == "corpus shorter than a block":
+        (tmp_path / "tiny.txt").write_text("to be or not to be")
+        path = study_file(tmp_path)
+        path.write_text(path.read_text().replace(str(SHIPPED_CORPUS), str(tmp_path / "tiny.txt")))
+    elif isinstance(edit, str):
+        path = study_file(tmp_path, text=edit)
+    else:
+        path = study_file(tmp_path, **(edit or {}))
+    run = launch("run", str(path), *extra, cwd=tmp_path)
+    assert_user_error(run, *fragments)
+    assert not (tmp_path / "runs").exists()  # no database, no artifacts
+
+
+def test_existing_study_with_other_objectives_is_refused_untouched(tmp_path):
+    url = f"sqlite:///{tmp_path}/other.db"
+    other = optuna.create_study(study_name="smoke", storage=url, directions=["maximize"])
+    other.add_trial(optuna.trial.create_trial(value=1.0))
+    run = launch("run", str(study_file(tmp_path)), "--storage", url, cwd=tmp_path)
+    assert_user_error(run, "already exists", "other objectives")
+    reloaded = optuna.load_study(study_name="smoke", storage=url)
+    assert len(reloaded.trials) == 1 and reloaded.user_attrs == {}
+
+
+def test_export_of_a_missing_study_is_a_user_error(tmp_path):
+    url = f"sqlite:///{tmp_path}/empty.db"
+    optuna.create_study(study_name="there", storage=url)
+    run = launch("export", "--storage", url, "--study-name", "absent", cwd=tmp_path)
+    assert_user_error(run, "no study named 'absent'")

@@ -1,0 +1,87 @@
+import pytest
+import torch
+
+from trainers.gates import mask_from_keep
+from trainers.model import LanguageModel, ModelConfig, count_parameters, prune_heads
+
+FAMILIES = ["gpt", "all_attention"]
+
+
+def tiny(family: str, **kw) -> LanguageModel:
+    cfg = ModelConfig(
+        vocab_size=20, block_size=16, n_layer=3, n_head=4, d_model=32, family=family, n_persistent=8, **kw
+    )
+    model = LanguageModel(cfg)
+    # Non-trivial biases and persistent vectors, so slicing mistakes would show.
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return model.eval()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_sliced_model_matches_masked_model(family):
+    model = tiny(family)
+    keep = [[0, 2], [3], [0, 1, 2, 3]]
+    x = torch.randint(0, 20, (3, 16))
+    masked, _ = model(x, mask_from_keep(keep, [4, 4, 4]))
+    sliced, _ = prune_heads(model, keep)(x)
+    assert (masked - sliced).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_head_scale_is_folded_into_the_projection(family):
+    model = tiny(family)
+    keep = [[1, 2], [0], [3]]
+    scale = [2.0, 4.0, 4.0]
+    x = torch.randint(0, 20, (2, 16))
+    gates = [m * s for m, s in zip(mask_from_keep(keep, [4, 4, 4]), scale)]
+    masked, _ = model(x, gates)
+    sliced, _ = prune_heads(model, keep, head_scale=scale)(x)
+    assert (masked - sliced).abs().max().item() < 1e-5
+
+
+def test_a_layer_with_no_heads_left_still_runs_and_matches():
+    model = tiny("gpt")
+    keep = [[], [1], [2]]
+    x = torch.randint(0, 20, (2, 16))
+    masked, _ = model(x, mask_from_keep(keep, [4, 4, 4]))
+    sliced, _ = prune_heads(model, keep)(x)
+    assert (masked - sliced).abs().max().item() < 1e-5
+
+
+def test_gpt_parameter_count_falls_by_each_heads_share():
+    model = tiny("gpt")
+    total, nonembed = count_parameters(model)
+    assert total == sum(p.numel() for p in model.parameters())
+    assert total - nonembed == 20 * 32 + 16 * 32  # token + position embeddings (head is tied)
+    pruned_total, _ = count_parameters(prune_heads(model, [[0], [0, 1], [0, 1, 2, 3]]))
+    d_head = 8
+    per_head = 3 * (32 * d_head + d_head) + d_head * 32  # q,k,v rows and biases, W_O columns
+    assert total - pruned_total == 5 * per_head
+
+
+def test_all_attention_nonembedding_parameters_are_proportional_to_heads_kept():
+    model = tiny("all_attention")
+    _, dense = count_parameters(model)
+    counts = {}
+    for kept in (12, 6, 3):
+        per_layer = [kept // 3] * 3
+        keep = [list(range(n)) for n in per_layer]
+        _, counts[kept] = count_parameters(prune_heads(model, keep))
+    # Non-embedding = per-head parameters * heads + a fixed remainder (LayerNorms, W_O bias).
+    fixed = dense - 12 * (dense - counts[6]) / 6
+    for kept, n in counts.items():
+        assert n - fixed == pytest.approx((dense - fixed) * kept / 12)
+    # The remainder is exactly the LayerNorms (one per layer, one final) and W_O's biases.
+    assert fixed == pytest.approx(3 * 2 * 32 + 2 * 32 + 3 * 32)
+
+
+def test_config_rejects_heads_not_dividing_width():
+    with pytest.raises(ValueError, match="divisible"):
+        ModelConfig(vocab_size=10, d_model=30, n_head=4)
+
+
+def test_config_round_trips_through_a_dict():
+    cfg = ModelConfig(vocab_size=10, heads_per_layer=(1, 2, 3, 4))
+    assert ModelConfig.from_dict(cfg.to_dict()) == cfg

@@ -1,0 +1,216 @@
+"""The language models whose attention heads are pruned, in one file (after nanoGPT's model.py).
+
+Two families share every piece but the block (methods.md section 2):
+
+- ``gpt``: pre-LayerNorm blocks of causal multi-head attention and a 4x MLP.
+- ``all_attention``: no MLP; each head owns ``n_persistent`` key and value vectors that join the
+  context's keys and values before one softmax, so every non-embedding parameter belongs to a head.
+
+Every head's output can be multiplied by a gate before the heads are concatenated and projected
+(methods.md section 1). ``prune_heads`` removes heads physically: a layer may keep any number of
+heads, so the config records the count per layer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+FAMILIES = ("gpt", "all_attention")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int
+    block_size: int = 128
+    n_layer: int = 4
+    n_head: int = 8
+    d_model: int = 128
+    family: str = "gpt"
+    n_persistent: int = 64  # all_attention only: persistent key/value vectors per head
+    dropout: float = 0.0
+    # Heads per layer after physical pruning; empty means n_head in every layer.
+    heads_per_layer: tuple[int, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"model family must be one of {FAMILIES}, got {self.family!r}")
+        if self.d_model % self.n_head:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
+        if self.heads_per_layer and len(self.heads_per_layer) != self.n_layer:
+            raise ValueError("heads_per_layer needs one count per layer")
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_head
+
+    @property
+    def layer_heads(self) -> tuple[int, ...]:
+        return self.heads_per_layer or (self.n_head,) * self.n_layer
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ModelConfig:
+        return cls(**{**data, "heads_per_layer": tuple(data.get("heads_per_layer", ()))})
+
+
+class Attention(nn.Module):
+    """Causal multi-head attention with one gate per head on its output."""
+
+    def __init__(self, cfg: ModelConfig, n_head: int) -> None:
+        super().__init__()
+        self.n_head, self.d_head = n_head, cfg.d_head
+        self.persistent = cfg.family == "all_attention"
+        inner = n_head * self.d_head
+        # Rows are laid out [q heads | k heads | v heads], d_head rows per head.
+        self.qkv = nn.Linear(cfg.d_model, 3 * inner)
+        self.proj = nn.Linear(inner, cfg.d_model)
+        if self.persistent:
+            n = cfg.n_persistent
+            self.n_persistent = n
+            self.persistent_k = nn.Parameter(torch.randn(n_head, n, self.d_head) / math.sqrt(self.d_head))
+            self.persistent_v = nn.Parameter(torch.randn(n_head, n, self.d_head) / math.sqrt(n))
+        self.dropout = cfg.dropout
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor | None = None) -> torch.Tensor:
+        B, T, _ = x.shape
+        if self.n_head == 0:  # every head removed: only the projection's bias is left
+            return self.proj.bias.expand(B, T, -1)
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, self.d_head).permute(2, 0, 3, 1, 4)
+        p = self.dropout if self.training else 0.0
+        if self.persistent:
+            # Shim et al.'s code scales persistent keys by sqrt(d_h) and values by sqrt(N); the
+            # softmax runs over [context ; persistent], only the context part causally masked.
+            pk = (self.persistent_k * math.sqrt(self.d_head)).unsqueeze(0).expand(B, -1, -1, -1)
+            pv = (self.persistent_v * math.sqrt(self.n_persistent)).unsqueeze(0).expand(B, -1, -1, -1)
+            k, v = torch.cat([k, pk], dim=2), torch.cat([v, pv], dim=2)
+            mask = torch.ones(T, T + self.n_persistent, dtype=torch.bool, device=x.device)
+            mask[:, :T] = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)
+        if gate is not None:  # (n_head,): z_h multiplies head h before concatenation
+            y = y * gate.view(1, -1, 1, 1)
+        return self.proj(y.transpose(1, 2).reshape(B, T, self.n_head * self.d_head))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.fc = nn.Linear(cfg.d_model, 4 * cfg.d_model)
+        self.proj = nn.Linear(4 * cfg.d_model, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.proj(F.gelu(self.fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig, n_head: int) -> None:
+        super().__init__()
+        self.ln_attn = nn.LayerNorm(cfg.d_model)
+        self.attn = Attention(cfg, n_head)
+        self.has_mlp = cfg.family == "gpt"
+        if self.has_mlp:
+            self.ln_mlp = nn.LayerNorm(cfg.d_model)
+            self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        attn_out = self.attn(self.ln_attn(x), gate)
+        x = x + attn_out
+        if self.has_mlp:
+            x = x + self.mlp(self.ln_mlp(x))
+        return x, attn_out
+
+
+class LanguageModel(nn.Module):
+    """Decoder-only character model with tied input/output embeddings and learned positions."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos_emb = nn.Embedding(cfg.block_size, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg, h) for h in cfg.layer_heads)
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.head.weight = self.tok_emb.weight
+        self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(
+        self,
+        idx: torch.Tensor,
+        head_gates: list[torch.Tensor] | None = None,
+        return_attn: bool = False,
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Logits (B, T, vocab); with ``return_attn`` also each layer's attention output."""
+        T = idx.shape[1]
+        if self.cfg.block_size < T:
+            raise ValueError(f"sequence of {T} tokens is longer than block_size {self.cfg.block_size}")
+        x = self.tok_emb(idx) + self.pos_emb(torch.arange(T, device=idx.device))
+        attn_outputs = []
+        for i, block in enumerate(self.blocks):
+            x, attn_out = block(x, None if head_gates is None else head_gates[i])
+            if return_attn:
+                attn_outputs.append(attn_out)
+        return self.head(self.ln_f(x)), attn_outputs
+
+    def loss(
+        self, idx: torch.Tensor, targets: torch.Tensor, head_gates: list[torch.Tensor] | None = None
+    ) -> torch.Tensor:
+        logits, _ = self(idx, head_gates)
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def count_parameters(model: LanguageModel) -> tuple[int, int]:
+    """(total, non-embedding) parameters; tied weights count once, embeddings are tokens + positions."""
+    total = sum(p.numel() for p in model.parameters())
+    embedding = model.tok_emb.weight.numel() + model.pos_emb.weight.numel()
+    return total, total - embedding
+
+
+@torch.no_grad()
+def prune_heads(
+    model: LanguageModel, keep: list[list[int]], head_scale: list[float] | None = None
+) -> LanguageModel:
+    """A new model holding only the heads in ``keep`` (indices per layer), same outputs as the
+    masked model. ``head_scale`` folds a per-layer constant on the surviving heads (attention
+    output scaling) into the output projection."""
+    cfg = model.cfg
+    if len(keep) != cfg.n_layer:
+        raise ValueError(f"keep needs one list per layer ({cfg.n_layer}), got {len(keep)}")
+    pruned_cfg = replace(cfg, heads_per_layer=tuple(len(k) for k in keep))
+    pruned = LanguageModel(pruned_cfg).to(next(model.parameters()).device)
+    outside_attention = {k: v for k, v in model.state_dict().items() if ".attn." not in k}
+    pruned.load_state_dict(outside_attention, strict=False)  # attention is sliced below
+    d = cfg.d_head
+    for layer, (src, dst) in enumerate(zip(model.blocks, pruned.blocks)):
+        heads = sorted(keep[layer])
+        src_h, inner = src.attn.n_head, src.attn.n_head * d
+        if any(h < 0 or h >= src_h for h in heads) or len(set(heads)) != len(heads):
+            raise ValueError(f"layer {layer}: head indices {heads} are not distinct heads of {src_h}")
+        cols = torch.tensor([h * d + i for h in heads for i in range(d)], dtype=torch.long)
+        rows = torch.cat([cols + part * inner for part in range(3)])
+        dst.attn.qkv.weight.copy_(src.attn.qkv.weight[rows.to(src.attn.qkv.weight.device)])
+        dst.attn.qkv.bias.copy_(src.attn.qkv.bias[rows.to(src.attn.qkv.bias.device)])
+        scale = 1.0 if head_scale is None else head_scale[layer]
+        dst.attn.proj.weight.copy_(src.attn.proj.weight[:, cols.to(src.attn.proj.weight.device)] * scale)
+        dst.attn.proj.bias.copy_(src.attn.proj.bias)
+        if src.attn.persistent:
+            idx = torch.tensor(heads, dtype=torch.long, device=src.attn.persistent_k.device)
+            dst.attn.persistent_k.copy_(src.attn.persistent_k[idx])
+            dst.attn.persistent_v.copy_(src.attn.persistent_v[idx])
+    return pruned

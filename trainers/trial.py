@@ -1,0 +1,122 @@
+"""One trial: dense checkpoint -> prune -> remove heads physically -> fine-tune -> evaluate.
+
+A trial is a plain function of (setup, hyperparameters, progress callback); it knows nothing of
+Optuna, Ray or databases and can be run and tested alone.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from trainers.data import CharCorpus, eval_windows
+from trainers.gates import check_reachable
+from trainers.hparams import TrialBudget, TrialHParams
+from trainers.methods import prune_l0_target
+from trainers.model import count_parameters, prune_heads
+from trainers.pretrain import DenseCheckpoint, load_dense
+from trainers.training import Progress, fit, mean_loss, pick_device, tokens_per_second
+
+
+@dataclass(frozen=True)
+class TrialSetup:
+    """What every trial of a study shares."""
+
+    corpus: CharCorpus
+    dense: DenseCheckpoint
+    budget: TrialBudget
+    seed: int = 0
+
+
+@dataclass
+class TrialResult:
+    val_perplexity: float
+    n_params: int  # of the physically pruned model
+    n_params_nonembed: int
+    sparsity: float  # achieved: heads removed / heads
+    heads_per_layer: list[int]
+    kept_heads: list[list[int]]
+    method: str
+    tokens_per_s: float  # inference throughput of the pruned model
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def run_trial(setup: TrialSetup, hp: TrialHParams, progress: Progress | None = None) -> TrialResult:
+    cfg = setup.dense.model_config
+    heads = list(cfg.layer_heads)
+    check_reachable(heads, hp.sparsity, hp.min_heads_per_layer)  # fail before any training
+    budget = setup.budget
+    device = pick_device(budget.device)
+    torch.manual_seed(setup.seed)
+    # Every trial draws the same batches: differences between trials come from hyperparameters.
+    generator = torch.Generator().manual_seed(setup.seed)
+    model = load_dense(setup.dense, device)
+    seconds: dict[str, float] = {}
+
+    start = time.perf_counter()
+    if hp.sparsity == 0.0:
+        # The dense control: no gates, the same number of training steps as a pruned trial.
+        keep = [list(range(h)) for h in heads]
+        fit(
+            model,
+            setup.corpus.train,
+            steps=budget.prune_steps,
+            batch_size=budget.batch_size,
+            lr=hp.lr,
+            generator=generator,
+            progress=progress,
+            phase="prune",
+        )
+    else:
+        outcome = prune_l0_target(
+            model,
+            setup.corpus.train,
+            hp,
+            steps=budget.prune_steps,
+            batch_size=budget.batch_size,
+            generator=generator,
+            progress=progress,
+        )
+        keep = outcome.keep
+    seconds["prune"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    model = prune_heads(model, keep)
+    if budget.finetune_steps:
+        fit(
+            model,
+            setup.corpus.train,
+            steps=budget.finetune_steps,
+            batch_size=budget.batch_size,
+            lr=hp.lr,
+            generator=generator,
+            progress=progress,
+            phase="finetune",
+        )
+    seconds["finetune"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    windows = eval_windows(setup.corpus.val, cfg.block_size, budget.eval_tokens)
+    ppl = math.exp(mean_loss(model, windows))
+    speed = tokens_per_second(model, windows[0][: budget.batch_size])
+    seconds["eval"] = time.perf_counter() - start
+
+    total, nonembed = count_parameters(model)
+    n_kept = sum(len(k) for k in keep)
+    return TrialResult(
+        val_perplexity=ppl,
+        n_params=total,
+        n_params_nonembed=nonembed,
+        sparsity=1.0 - n_kept / sum(heads),
+        heads_per_layer=[len(k) for k in keep],
+        kept_heads=keep,
+        method=hp.method,
+        tokens_per_s=speed,
+        phase_seconds=seconds,
+    )
