@@ -1,4 +1,4 @@
-"""``launch-study``: run a study from a TOML file (or resume it), export its Pareto front."""
+"""``launch-study``: run a study from a TOML file (or resume it), look at it, export it."""
 
 from __future__ import annotations
 
@@ -47,12 +47,51 @@ def _build_parser() -> argparse.ArgumentParser:
         help="override a value of the study file, e.g. --set trial.prune_steps=100",
     )
 
-    export = commands.add_parser("export", help="write the Pareto front (or every trial) as CSV")
-    export.add_argument("--storage", help="database URL (default: $HEADPRUNE_STORAGE)")
-    export.add_argument("--study-name", required=True)
-    export.add_argument("--output", type=Path, help="CSV file (default: standard output)")
+    export = commands.add_parser("export", help="write the Pareto front (or every trial) as CSV or JSON")
+    _study_arguments(export)
+    export.add_argument("--output", type=Path, help="file to write (default: standard output)")
+    export.add_argument("--format", choices=("csv", "json"), default="csv")
     export.add_argument("--all", action="store_true", help="every COMPLETE trial, not only the front")
+    export.add_argument(
+        "--plot", type=Path, metavar="FILE.png", help="also plot the front (and a head map, FILE_heads.png)"
+    )
+
+    status = commands.add_parser("status", help="trials by state, the front, hypervolume, time left")
+    _study_arguments(status)
+
+    model = commands.add_parser("export-model", help="write one trial's pruned model (safetensors + JSON)")
+    _study_arguments(model)
+    model.add_argument("--trial", type=int, required=True, help="the trial number")
+    model.add_argument("--output", type=Path, required=True, help="folder to write")
+
+    dashboard = commands.add_parser("dashboard", help="serve optuna-dashboard on the study's database")
+    dashboard.add_argument("--storage", help="database URL (default: $HEADPRUNE_STORAGE)")
+    dashboard.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1 only)")
+    dashboard.add_argument("--port", type=int, default=8080)
     return parser
+
+
+def _study_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--storage", help="database URL (default: $HEADPRUNE_STORAGE)")
+    parser.add_argument("--study-name", required=True)
+
+
+def _open_study(args: argparse.Namespace):
+    from orchestrator.storage import load_existing_study, open_store
+
+    store = open_store(_storage_url(args))
+    return store, load_existing_study(store, args.study_name)
+
+
+def _storage_url(args: argparse.Namespace) -> str:
+    import os
+
+    from orchestrator.storage import STORAGE_ENV
+
+    url = args.storage or os.environ.get(STORAGE_ENV)
+    if not url:
+        raise UserError(f"{args.command} needs --storage URL (or ${STORAGE_ENV})")
+    return url
 
 
 def _positive(name: str, value: int | None) -> int | None:
@@ -85,20 +124,59 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    import os
+    from orchestrator.export import study_table, to_json, write_table
+    from orchestrator.report import plot_front
 
-    from orchestrator.export import study_table, write_csv
-    from orchestrator.storage import STORAGE_ENV, load_existing_study, open_store
-
-    url = args.storage or os.environ.get(STORAGE_ENV)
-    if not url:
-        raise UserError(f"export needs --storage URL (or ${STORAGE_ENV})")
-    store = open_store(url)
-    frame = study_table(store, load_existing_study(store, args.study_name), everything=args.all)
+    store, study = _open_study(args)
+    frame = study_table(store, study, everything=args.all)
     if args.output:
-        print(write_csv(frame, args.output))
+        print(write_table(frame, args.output, args.format))
+    elif args.format == "json":
+        print(to_json(frame))
     else:
         frame.to_csv(sys.stdout, index=False)
+    if args.plot:
+        for path in plot_front(study, args.plot):
+            print(path)
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from orchestrator.report import format_status, study_status
+
+    _, study = _open_study(args)
+    print(format_status(study_status(study)))
+    return 0
+
+
+def _export_model(args: argparse.Namespace) -> int:
+    import shutil
+
+    from optuna.trial import TrialState
+
+    _, study = _open_study(args)
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    trial = trials.get(args.trial)
+    if trial is None:
+        raise UserError(f"study {args.study_name!r} has no trial {args.trial}")
+    if trial.state != TrialState.COMPLETE:
+        raise UserError(f"trial {args.trial} of {args.study_name!r} is {trial.state.name}, not COMPLETE")
+    source = Path(trial.user_attrs.get("model_dir", ""))
+    if not (source / "model.safetensors").is_file():
+        raise UserError(f"trial {args.trial}'s model is not on this machine (looked in {source})")
+    shutil.copytree(source, args.output, dirs_exist_ok=True)
+    print(args.output)
+    return 0
+
+
+def _dashboard(args: argparse.Namespace) -> int:
+    from optuna_dashboard import run_server
+
+    from orchestrator.storage import open_store
+
+    store = open_store(_storage_url(args))
+    print(f"optuna-dashboard on {store.safe_url}: http://{args.host}:{args.port}/", file=sys.stderr)
+    run_server(store.storage, host=args.host, port=args.port)
     return 0
 
 
@@ -115,7 +193,14 @@ def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     _quiet_libraries()
     try:
-        return {"run": _run, "export": _export}[args.command](args)
+        commands = {
+            "run": _run,
+            "export": _export,
+            "status": _status,
+            "export-model": _export_model,
+            "dashboard": _dashboard,
+        }
+        return commands[args.command](args)
     except UserError as err:
         print(f"launch-study: error: {err}", file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@ import json
 import math
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -39,7 +40,7 @@ def train_on_worker(config: dict[str, Any], setup: TrialSetup) -> None:
         1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))
     )
     torch.set_num_threads(threads)
-    result = run_trial(setup, TrialHParams(**config["hparams"]))
+    result = run_trial(setup, TrialHParams(**config["hparams"]), save_dir=Path(config["model_dir"]))
     tune.report(
         {
             "val_perplexity": result.val_perplexity,
@@ -59,11 +60,13 @@ class StudyDriver:
         *,
         n_trials: int,
         max_failed: int,
+        models_dir: Path,
         on_finished: Callable[[int], None],
     ) -> None:
         self.study, self.space = study, space
         self.n_trials, self.max_failed = n_trials, max_failed
         self.on_finished = on_finished
+        self.models_dir = models_dir  # <artifacts>/trials/<study>: one folder per trial number
         complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         self.n_complete = len(complete)
         self.n_failed = 0  # in this run
@@ -79,15 +82,17 @@ class StudyDriver:
         trial = self.study.ask()
         if self.dense_control_pending:
             # The study's first trial is the dense control: the same budget, nothing removed.
-            hparams = self.space.suggest(trial, overrides={"sparsity": 0.0})
+            hparams = self.space.suggest(trial, overrides={"method": "dense", "sparsity": 0.0})
             trial.set_user_attr("dense_control", True)
             self.dense_control_pending = False
         else:
             hparams = self.space.suggest(trial)
+        model_dir = self.models_dir / str(trial.number)
         trial.set_user_attr("hparams", hparams)
+        trial.set_user_attr("model_dir", str(model_dir))
         self.live[tune_trial_id] = trial
         self.started[tune_trial_id] = time.time()
-        return {"optuna_trial": trial.number, "hparams": hparams}
+        return {"optuna_trial": trial.number, "hparams": hparams, "model_dir": str(model_dir)}
 
     def finish(self, tune_trial_id: str, result: dict | None, error: str | None) -> None:
         trial = self.live.pop(tune_trial_id, None)

@@ -37,8 +37,18 @@ def study_table(store: StudyStore, study: optuna.Study, everything: bool = False
     return frame.sort_values(["n_params", "val_perplexity", "trial_number"], ignore_index=True)
 
 
-def write_csv(frame: pd.DataFrame, output: Path) -> Path:
+def write_table(frame: pd.DataFrame, output: Path, fmt: str = "csv") -> Path:
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(output, index=False)
+    if fmt == "json":
+        output.write_text(to_json(frame))
+    else:
+        frame.to_csv(output, index=False)
     return output
+
+
+def to_json(frame: pd.DataFrame) -> str:
+    """Records with every float at full precision (pandas' own to_json rounds to 10 digits) and
+    missing values as null."""
+    records = frame.astype(object).where(frame.notna(), None).to_dict(orient="records")
+    return json.dumps(records, indent=2)

@@ -25,3 +25,17 @@ def pareto_front(points: Sequence[T], key=lambda p: p) -> list[T]:
             front.extend(p for p in group if key(p)[0] == lowest)
         best_smaller = min(best_smaller, lowest)
     return front
+
+
+def hypervolume(points: Sequence[tuple[float, float]], reference: tuple[float, float]) -> float:
+    """Area dominated by ``points`` (perplexity, params), both minimised, bounded by ``reference``.
+
+    Points outside the reference box add nothing. A sweep over the front sorted by params.
+    """
+    inside = [p for p in points if p[0] < reference[0] and p[1] < reference[1]]
+    area, ceiling = 0.0, reference[0]
+    for ppl, params in sorted(pareto_front(inside), key=lambda p: (p[1], p[0])):
+        if ppl < ceiling:
+            area += (ceiling - ppl) * (reference[1] - params)
+            ceiling = ppl
+    return area

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
+from optuna_dashboard import save_note
 
 from orchestrator.config import StudyConfig
 from orchestrator.errors import UserError
 from orchestrator.execution import StudyCallback, StudyDriver, StudySearcher, train_on_worker
-from orchestrator.export import study_table, write_csv
+from orchestrator.export import study_table, write_table
 from orchestrator.progress import PhaseProgress, say
+from orchestrator.report import front_note
 from orchestrator.storage import (
     StudyStore,
     create_or_load_study,
@@ -80,12 +83,16 @@ def run_study(cfg: StudyConfig, opts: RunOptions) -> RunSummary:
     if orphans:
         say(f"marked FAIL the trials {orphans} left RUNNING by a driver that stopped")
     study.set_user_attr("config", cfg.raw)
+    study.set_user_attr("n_trials_target", opts.n_trials)
+    study.set_user_attr("max_concurrent", opts.max_concurrent)
+    study.set_user_attr("versions", package_versions())
 
     driver = StudyDriver(
         study,
         cfg.search,
         n_trials=opts.n_trials,
         max_failed=cfg.study.max_failed_trials,
+        models_dir=opts.artifacts / "trials" / opts.study_name,
         on_finished=lambda number: _after_trial(store, study, driver, number),
     )
     dense = None
@@ -109,13 +116,24 @@ def run_study(cfg: StudyConfig, opts: RunOptions) -> RunSummary:
         say(f"study already holds {driver.n_complete} complete trials (asked for {opts.n_trials})")
 
     rows = refresh_frontier(store, study)
-    csv = write_csv(study_table(store, study), opts.output_csv)
+    csv = write_table(study_table(store, study), opts.output_csv)
     say(f"Pareto front: {len(rows)} trials -> {csv}")
     return RunSummary(opts.study_name, driver.n_complete, driver.n_failed, len(rows), dense, csv)
 
 
+def package_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in ("headprune", "torch", "optuna", "ray", "sqlalchemy", "optuna-dashboard"):
+        with contextlib.suppress(PackageNotFoundError):
+            found[name] = version(name)
+    return found
+
+
 def _after_trial(store: StudyStore, study: optuna.Study, driver: StudyDriver, number: int) -> None:
     refresh_frontier(store, study)
+    save_note(study, front_note(study))  # the dashboard's study note: the current front
     trial = study.get_trials(deepcopy=False)[number]
     front = len(read_frontier(store, study.study_name))
     if trial.values:

@@ -10,7 +10,7 @@ out of the sampler's space but are passed to every trial.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
@@ -98,6 +98,8 @@ RANGE_KEYS = ("low", "high", "log", "step")
 @dataclass(frozen=True)
 class SearchSpace:
     entries: dict[str, Range | Choices | Fixed]
+    # hyperparameter -> the methods it applies to (None: every method)
+    applies_to: dict[str, tuple | None] = field(default_factory=dict)
 
     @classmethod
     def from_table(cls, where: str, table: Any, specs: dict[str, dict]) -> SearchSpace:
@@ -118,16 +120,24 @@ class SearchSpace:
                 entries[name] = Fixed(check_value(at, value, spec))
         for name, spec in specs.items():
             entries.setdefault(name, Fixed(spec["default"]))
-        return cls(entries)
+        applies = {name: spec.get("methods") for name, spec in specs.items()}
+        return cls(entries, applies)
 
     def suggest(self, trial: optuna.Trial, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Every hyperparameter's value for this trial (define-by-run); ``overrides`` are taken
-        as they are, not suggested (the dense control's sparsity 0)."""
+        """The value of every hyperparameter that applies to this trial's method (define-by-run);
+        ``overrides`` are taken as they are, not suggested (the dense control)."""
         overrides = overrides or {}
-        return {
-            name: overrides[name] if name in overrides else entry.suggest(trial, name)
-            for name, entry in self.entries.items()
-        }
+        method = overrides.get("method") or self.entries["method"].suggest(trial, "method")
+        values = {"method": method}
+        for name, entry in self.entries.items():
+            if name in values:
+                continue
+            if name in overrides:
+                values[name] = overrides[name]
+            elif self.applies_to.get(name) is None or method in self.applies_to[name]:
+                values[name] = entry.suggest(trial, name)
+            # else: another method's knob, left out (not in the sampler's space, nor the record)
+        return values
 
     def searched(self) -> list[str]:
         return [n for n, e in self.entries.items() if not isinstance(e, Fixed)]

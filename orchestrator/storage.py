@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -144,7 +145,9 @@ def create_or_load_study(store: StudyStore, name: str, sampler: optuna.samplers.
     study = optuna.create_study(
         storage=store.storage, study_name=name, directions=["minimize", "minimize"], sampler=sampler
     )
-    study.set_metric_names(list(OBJECTIVES))
+    with warnings.catch_warnings():  # set_metric_names is "experimental" since Optuna 3.2
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names(list(OBJECTIVES))
     return study
 
 

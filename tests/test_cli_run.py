@@ -2,17 +2,33 @@
 
 from __future__ import annotations
 
+import json
 import math
+import struct
+import subprocess
+from wsgiref.util import setup_testing_defaults
 
 import optuna
+import optuna_dashboard
 import pandas as pd
 import pytest
-from helpers import SMOKE, expected_front, frontier_triples, heads, hparams, launch, ray_processes
+from helpers import (
+    LAUNCH_STUDY,
+    SMOKE,
+    expected_front,
+    frontier_triples,
+    heads,
+    hparams,
+    launch,
+    ray_processes,
+)
 
 from orchestrator.storage import open_store, read_frontier
-from trainers.data import CharCorpus
+from trainers.data import CharCorpus, eval_windows
+from trainers.export import generate, load_pruned
 from trainers.gates import heads_to_keep
 from trainers.model import LanguageModel, ModelConfig, count_parameters
+from trainers.training import mean_loss
 
 pytestmark = pytest.mark.slow
 
@@ -126,3 +142,161 @@ def test_export_command_writes_the_same_csv(smoke, tmp_path):
 
 def test_no_ray_process_is_left_behind(smoke):
     assert smoke["leftover"] == set()
+
+
+# --- Looking at the finished study -----------------------------------------------------------
+
+
+def smoke_url(smoke) -> str:
+    return f"sqlite:///{smoke['work']}/runs/smoke.db"
+
+
+def test_json_export_equals_the_frontier_table(smoke, tmp_path):
+    out = tmp_path / "front.json"
+    run = launch(
+        "export",
+        "--storage",
+        smoke_url(smoke),
+        "--study-name",
+        "smoke",
+        "--format",
+        "json",
+        "--output",
+        str(out),
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stderr
+    records = json.loads(out.read_text())
+    rows = read_frontier(smoke["store"], "smoke")
+    assert [(r["trial_number"], r["val_perplexity"], r["n_params"]) for r in records] == [
+        (r["trial_number"], r["val_perplexity"], r["n_params"]) for r in rows
+    ]
+
+
+def test_plot_writes_two_valid_pngs(smoke, tmp_path):
+    out = tmp_path / "front.png"
+    run = launch(
+        "export",
+        "--storage",
+        smoke_url(smoke),
+        "--study-name",
+        "smoke",
+        "--plot",
+        str(out),
+        "--output",
+        str(tmp_path / "f.csv"),
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stderr
+    for path in (out, tmp_path / "front_heads.png"):
+        data = path.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n"
+        width, height = struct.unpack(">II", data[16:24])
+        assert width >= 300 and height >= 200 and len(data) > 5000
+
+
+def test_status_reports_states_front_and_hypervolume(smoke, tmp_path):
+    run = launch("status", "--storage", smoke_url(smoke), "--study-name", "smoke", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    front = len(read_frontier(smoke["store"], "smoke"))
+    assert "complete 4" in run.stdout
+    assert f"front: {front} trials" in run.stdout
+    assert "hypervolume" in run.stdout and "dense control" in run.stdout
+
+
+def test_exported_model_reloads_with_the_recorded_perplexity(smoke, tmp_path):
+    trial = max(
+        smoke["study"].get_trials(states=(optuna.trial.TrialState.COMPLETE,)),
+        key=lambda t: t.user_attrs["sparsity"],
+    )
+    out = tmp_path / "model"
+    run = launch(
+        "export-model",
+        "--storage",
+        smoke_url(smoke),
+        "--study-name",
+        "smoke",
+        "--trial",
+        str(trial.number),
+        "--output",
+        str(out),
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stderr
+    model, vocab = load_pruned(out)
+    corpus = CharCorpus.load(SMOKE.parent / "data" / "tinyshakespeare.txt", block_size=32)
+    assert vocab == corpus.vocab
+    ppl = math.exp(mean_loss(model, eval_windows(corpus.val, 32, 2048)))
+    assert ppl == pytest.approx(trial.values[0], rel=1e-5)
+    assert model.cfg.layer_heads == tuple(heads(trial))
+    assert len(generate(model, vocab, "ROMEO:", 20)) == len("ROMEO:") + 20
+
+
+def test_export_model_of_an_unfinished_trial_is_a_user_error(smoke, tmp_path):
+    url = f"sqlite:///{tmp_path}/copy.db"
+    study = optuna.create_study(study_name="s", storage=url, directions=["minimize", "minimize"])
+    study.ask()
+    run = launch(
+        "export-model",
+        "--storage",
+        url,
+        "--study-name",
+        "s",
+        "--trial",
+        "0",
+        "--output",
+        str(tmp_path / "m"),
+        cwd=tmp_path,
+    )
+    assert run.returncode == 2 and "RUNNING, not COMPLETE" in run.stderr
+    assert not (tmp_path / "m").exists()
+
+
+def test_export_of_a_study_without_complete_trials_is_a_user_error(tmp_path):
+    url = f"sqlite:///{tmp_path}/e.db"
+    optuna.create_study(study_name="empty", storage=url, directions=["minimize", "minimize"])
+    run = launch("export", "--storage", url, "--study-name", "empty", cwd=tmp_path)
+    assert run.returncode == 2 and "has no complete trial" in run.stderr
+
+
+def test_dashboard_serves_the_study_in_process(smoke):
+    app = optuna_dashboard.wsgi(smoke["store"].storage)
+
+    def get(path: str) -> dict:
+        environ: dict = {}
+        setup_testing_defaults(environ)
+        environ["PATH_INFO"] = path
+        status = {}
+        body = b"".join(app(environ, lambda s, h, exc=None: status.setdefault("s", s)))
+        assert status["s"].startswith("200"), body[:300]
+        return json.loads(body)
+
+    summaries = get("/api/studies")["study_summaries"]
+    study_id = next(s["study_id"] for s in summaries if s["study_name"] == "smoke")
+    detail = get(f"/api/studies/{study_id}")
+    assert detail["objective_names"] == ["val_perplexity", "n_params"]
+    assert len(detail["trials"]) == 4
+    keys = {a["key"] for a in detail["trials"][1]["user_attrs"]}
+    assert {
+        "heads_per_layer",
+        "sparsity",
+        "method",
+        "n_params_nonembed",
+        "phase_seconds",
+        "tokens_per_s",
+    } <= keys
+    assert "Pareto front" in detail["note"]["body"]
+    study_attrs = {a["key"] for a in summaries[0]["user_attrs"]}
+    assert {"config", "dense_val_perplexity", "versions"} <= study_attrs
+
+
+def test_optuna_cli_reads_the_same_study(smoke):
+    optuna_cli = LAUNCH_STUDY.parent / "optuna"
+    run = subprocess.run(
+        [str(optuna_cli), "trials", "--study-name", "smoke", "--storage", smoke_url(smoke), "-f", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert len(json.loads(run.stdout)) == 4

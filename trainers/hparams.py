@@ -10,18 +10,24 @@ from dataclasses import asdict, dataclass, field, fields
 
 from trainers.schedules import SHAPES
 
-METHODS = ("l0_target",)
+# "dense" removes nothing: the study's dense control, and a baseline a study may choose.
+METHODS = ("l0_target", "l0_penalty", "topk", "importance", "random", "dense")
+TARGET_METHODS = ("l0_target", "topk", "importance", "random")  # remove exactly `sparsity`
+GATE_METHODS = ("l0_target", "l0_penalty", "topk")  # train gates (and weights) while pruning
+HARD_CONCRETE = ("l0_target", "l0_penalty")
 
 
-def bounded(default, low=None, high=None, *, high_open=False, kind=None, doc=""):
-    """A dataclass field with the numeric bounds a config value is checked against."""
-    meta = {"low": low, "high": high, "high_open": high_open, "doc": doc}
+def bounded(default, low=None, high=None, *, high_open=False, kind=None, methods=None, doc=""):
+    """A dataclass field with the numeric bounds a config value is checked against; ``methods``
+    names the pruning methods it applies to (None: all), so a search suggests it only for them."""
+    meta = {"low": low, "high": high, "high_open": high_open, "methods": methods, "doc": doc}
     return field(default=default, metadata={**meta, "type": kind or type(default)})
 
 
-def choice(default, choices, doc=""):
+def choice(default, choices, *, methods=None, doc=""):
     """A dataclass field whose value must be one of ``choices``."""
-    return field(default=default, metadata={"choices": tuple(choices), "type": str, "doc": doc})
+    meta = {"choices": tuple(choices), "type": type(default), "methods": methods, "doc": doc}
+    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
@@ -50,19 +56,35 @@ class TrialBudget:
 
 @dataclass(frozen=True)
 class TrialHParams:
-    """One trial's hyperparameters: what the search chooses (or a study fixes)."""
+    """One trial's hyperparameters: what the search chooses (or a study fixes). methods.md
+    sections 3-7 give each one's meaning and the papers' values."""
 
-    method: str = choice("l0_target", METHODS)
-    sparsity: float = bounded(0.5, 0.0, 1.0, high_open=True, doc="fraction of heads removed")
+    method: str = choice("l0_target", METHODS, doc="how heads are chosen")
+    sparsity: float = bounded(
+        0.5, 0.0, 1.0, high_open=True, methods=TARGET_METHODS, doc="fraction of heads to remove"
+    )
     lr: float = bounded(1e-3, 0.0, doc="weights' learning rate while pruning and fine-tuning")
-    gate_lr_mult: float = bounded(10.0, 0.0, doc="gates' learning rate / weights' (Shim: 10)")
-    gate_init: float = bounded(2.0, doc="initial log_alpha (Shim: 2.0)")
-    beta: float = bounded(1.0 / 3.0, 0.0, doc="hard-concrete temperature")
-    schedule_start: float = bounded(0.0, 0.0, 1.0, doc="fraction of the phase before any pressure")
-    schedule_warmup: float = bounded(0.5, 0.0, 1.0, doc="fraction over which the target rises")
-    schedule_shape: str = choice("linear", SHAPES)
-    lagrangian_lr: float = bounded(0.05, 0.0, doc="ascent rate of the Lagrange multipliers")
     min_heads_per_layer: int = bounded(1, 0)
+    # Gate training (methods.md 3-5).
+    gate_lr_mult: float = bounded(10.0, 0.0, methods=GATE_METHODS, doc="gates' lr / weights' (Shim: 10)")
+    gate_init: float = bounded(2.0, methods=HARD_CONCRETE, doc="initial log_alpha (Shim: 2.0)")
+    beta: float = bounded(1.0 / 3.0, 0.0, methods=HARD_CONCRETE, doc="hard-concrete temperature")
+    hard_gates: bool = bounded(True, methods=HARD_CONCRETE, doc="straight-through 0/1 gates (Shim)")
+    output_scaling: bool = bounded(False, methods=GATE_METHODS, doc="rescale surviving heads (Shim)")
+    schedule_start: float = bounded(0.0, 0.0, 1.0, methods=GATE_METHODS, doc="phase before any pressure")
+    schedule_warmup: float = bounded(0.5, 0.0, 1.0, methods=GATE_METHODS, doc="phase over which it rises")
+    schedule_shape: str = choice("linear", SHAPES, methods=GATE_METHODS)
+    lagrangian_lr: float = bounded(0.05, 0.0, methods=("l0_target",), doc="multipliers' ascent rate")
+    l0_lambda: float = bounded(1.0, 0.0, methods=("l0_penalty",), doc="weight of the mean L0 term")
+    topk_t0: float = bounded(10.0, 0.0, methods=("topk",), doc="soft top-k start temperature")
+    topk_t1: float = bounded(0.01, 0.0, methods=("topk",), doc="soft top-k end temperature")
+    # Michel et al. (methods.md 6).
+    importance_step: float = bounded(0.1, 0.0, 1.0, methods=("importance",), doc="heads removed per round")
+    importance_batches: int = bounded(4, 1, methods=("importance",), doc="batches per importance estimate")
+    # Peer distillation (methods.md 7): a switch on every method.
+    distill: bool = bounded(False, doc="distil the frozen dense model into the pruned one")
+    distill_layer: float = bounded(1.0, 0.0, doc="weight of the layer-output MSE")
+    distill_logit: float = bounded(1.0, 0.0, doc="weight of the logit KL at T = 2")
 
     def to_dict(self) -> dict:
         return asdict(self)

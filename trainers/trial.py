@@ -9,13 +9,15 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 
 from trainers.data import CharCorpus, eval_windows
+from trainers.export import save_pruned
 from trainers.gates import check_reachable
-from trainers.hparams import TrialBudget, TrialHParams
-from trainers.methods import prune_l0_target
+from trainers.hparams import TARGET_METHODS, TrialBudget, TrialHParams
+from trainers.methods import PeerDistillation, plain_loss, prune
 from trainers.model import count_parameters, prune_heads
 from trainers.pretrain import DenseCheckpoint, load_dense
 from trainers.training import Progress, fit, mean_loss, pick_device, tokens_per_second
@@ -47,55 +49,51 @@ class TrialResult:
         return asdict(self)
 
 
-def run_trial(setup: TrialSetup, hp: TrialHParams, progress: Progress | None = None) -> TrialResult:
+def run_trial(
+    setup: TrialSetup, hp: TrialHParams, progress: Progress | None = None, save_dir: Path | None = None
+) -> TrialResult:
+    """Prune, fine-tune, evaluate; with ``save_dir``, also write the pruned model there."""
     cfg = setup.dense.model_config
     heads = list(cfg.layer_heads)
-    check_reachable(heads, hp.sparsity, hp.min_heads_per_layer)  # fail before any training
+    if hp.method in TARGET_METHODS:
+        check_reachable(heads, hp.sparsity, hp.min_heads_per_layer)  # fail before any training
     budget = setup.budget
     device = pick_device(budget.device)
     torch.manual_seed(setup.seed)
     # Every trial draws the same batches: differences between trials come from hyperparameters.
     generator = torch.Generator().manual_seed(setup.seed)
     model = load_dense(setup.dense, device)
+    loss_fn = plain_loss
+    if hp.distill:
+        loss_fn = PeerDistillation(model, hp.distill_layer, hp.distill_logit)
     seconds: dict[str, float] = {}
 
     start = time.perf_counter()
-    if hp.sparsity == 0.0:
-        # The dense control: no gates, the same number of training steps as a pruned trial.
-        keep = [list(range(h)) for h in heads]
-        fit(
-            model,
-            setup.corpus.train,
-            steps=budget.prune_steps,
-            batch_size=budget.batch_size,
-            lr=hp.lr,
-            generator=generator,
-            progress=progress,
-            phase="prune",
-        )
-    else:
-        outcome = prune_l0_target(
-            model,
-            setup.corpus.train,
-            hp,
-            steps=budget.prune_steps,
-            batch_size=budget.batch_size,
-            generator=generator,
-            progress=progress,
-        )
-        keep = outcome.keep
+    outcome = prune(
+        model,
+        setup.corpus.train,
+        hp,
+        steps=budget.prune_steps,
+        batch_size=budget.batch_size,
+        generator=generator,
+        loss_fn=loss_fn,
+        progress=progress,
+    )
     seconds["prune"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    model = prune_heads(model, keep)
-    if budget.finetune_steps:
+    model = prune_heads(model, outcome.keep, outcome.head_scale)
+    # Methods that trained no weights while pruning get those steps here: equal budgets for all.
+    steps = budget.finetune_steps + budget.prune_steps - outcome.trained_steps
+    if steps:
         fit(
             model,
             setup.corpus.train,
-            steps=budget.finetune_steps,
+            steps=steps,
             batch_size=budget.batch_size,
             lr=hp.lr,
             generator=generator,
+            loss_fn=loss_fn,
             progress=progress,
             phase="finetune",
         )
@@ -107,15 +105,19 @@ def run_trial(setup: TrialSetup, hp: TrialHParams, progress: Progress | None = N
     speed = tokens_per_second(model, windows[0][: budget.batch_size])
     seconds["eval"] = time.perf_counter() - start
 
+    if save_dir is not None:
+        save_pruned(
+            model, setup.corpus.vocab, save_dir, extra={"hparams": hp.to_dict(), "val_perplexity": ppl}
+        )
     total, nonembed = count_parameters(model)
-    n_kept = sum(len(k) for k in keep)
+    n_kept = sum(len(k) for k in outcome.keep)
     return TrialResult(
         val_perplexity=ppl,
         n_params=total,
         n_params_nonembed=nonembed,
         sparsity=1.0 - n_kept / sum(heads),
-        heads_per_layer=[len(k) for k in keep],
-        kept_heads=keep,
+        heads_per_layer=[len(k) for k in outcome.keep],
+        kept_heads=outcome.keep,
         method=hp.method,
         tokens_per_s=speed,
         phase_seconds=seconds,

@@ -1,0 +1,198 @@
+"""Looking at a study: its status, the front's hypervolume, plots, the dashboard note."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from orchestrator.frontier import hypervolume, pareto_front
+
+SPARSITY_BANDS = ((0.0, 0.0), (0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))
+
+
+def dense_reference(trials: list[FrozenTrial]) -> tuple[float, int] | None:
+    """(perplexity, params) of the dense control, the point every front is measured against."""
+    for t in trials:
+        if t.user_attrs.get("dense_control") and t.state == TrialState.COMPLETE:
+            return t.values[0], int(t.values[1])
+    return None
+
+
+def normalised_hypervolume(points: list[tuple[float, float]], dense: tuple[float, int]) -> float:
+    """Hypervolume with perplexity / dense and params / dense, reference (2 x dense ppl, dense params)."""
+    scaled = [(ppl / dense[0], params / dense[1]) for ppl, params in points]
+    return hypervolume(scaled, (2.0, 1.0))
+
+
+@dataclass
+class StudyStatus:
+    name: str
+    states: dict[str, int]
+    target: int | None
+    front_size: int
+    best_by_band: list[tuple[str, float, int]]  # (band, perplexity, trial number)
+    dense: tuple[float, int] | None
+    hypervolume_history: list[float] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    remaining_s: float | None = None
+
+
+def _in_band(sparsity: float, low: float, high: float) -> bool:
+    """(low, high], or exactly low for the band (0, 0) of the dense models."""
+    return sparsity == low if low == high else low < sparsity <= high
+
+
+def study_status(study: optuna.Study) -> StudyStatus:
+    trials = study.get_trials(deepcopy=False)
+    states: dict[str, int] = {}
+    for t in trials:
+        states[t.state.name] = states.get(t.state.name, 0) + 1
+    done = sorted((t for t in trials if t.state == TrialState.COMPLETE), key=lambda t: t.datetime_complete)
+    dense = dense_reference(done)
+    history: list[float] = []
+    if dense:
+        for i in range(1, len(done) + 1):
+            history.append(normalised_hypervolume([(t.values[0], t.values[1]) for t in done[:i]], dense))
+    best = []
+    for low, high in SPARSITY_BANDS:
+        band = [
+            t
+            for t in done
+            if (low < t.user_attrs["sparsity"] <= high) or (low == high == t.user_attrs["sparsity"])
+        ]
+        if band:
+            top = min(band, key=lambda t: t.values[0])
+            label = "dense" if low == high else f"({low:.2f}, {high:.2f}]"
+            best.append((label, top.values[0], top.number))
+    started = [t.datetime_start for t in trials if t.datetime_start]
+    finished = [t.datetime_complete for t in trials if t.datetime_complete]
+    elapsed = (max(finished) - min(started)).total_seconds() if started and finished else 0.0
+    target = study.user_attrs.get("n_trials_target")
+    remaining = None
+    if target and done:
+        walls = [t.user_attrs.get("wall_seconds", 0.0) for t in done]
+        concurrency = max(1, study.user_attrs.get("max_concurrent", 1))
+        remaining = max(0, target - len(done)) * (sum(walls) / len(walls)) / concurrency
+    front = pareto_front(done, key=lambda t: (t.values[0], t.values[1]))
+    return StudyStatus(study.study_name, states, target, len(front), best, dense, history, elapsed, remaining)
+
+
+def format_status(status: StudyStatus) -> str:
+    lines = [f"study {status.name!r}"]
+    states = ", ".join(f"{k.lower()} {v}" for k, v in sorted(status.states.items())) or "no trials"
+    goal = f" (target: {status.target} complete)" if status.target else ""
+    lines.append(f"  trials: {states}{goal}")
+    lines.append(f"  front: {status.front_size} trials")
+    if status.dense:
+        lines.append(f"  dense control: perplexity {status.dense[0]:.3f}, {status.dense[1]:,} parameters")
+    for band, ppl, number in status.best_by_band:
+        lines.append(f"  best at sparsity {band:>13}: perplexity {ppl:.3f} (trial {number})")
+    if status.hypervolume_history:
+        trail = " ".join(f"{h:.3f}" for h in status.hypervolume_history)
+        latest = status.hypervolume_history[-1]
+        lines.append(f"  hypervolume (normalised, ref 2 x dense ppl, dense params): {latest:.4f}")
+        lines.append(f"  hypervolume after each complete trial: {trail}")
+    lines.append(f"  elapsed: {status.elapsed_s / 60:.1f} min")
+    if status.remaining_s is not None:
+        lines.append(f"  estimated remaining: {status.remaining_s / 60:.1f} min")
+    return "\n".join(lines)
+
+
+def front_note(study: optuna.Study) -> str:
+    """Markdown for the dashboard: the current front, one row per trial."""
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    front = pareto_front(done, key=lambda t: (t.values[0], t.values[1]))
+    rows = [
+        f"| {t.number} | {t.user_attrs['method']} | {t.user_attrs['sparsity']:.3f} | {t.values[0]:.3f} "
+        f"| {int(t.values[1]):,} | {t.user_attrs['heads_per_layer']} |"
+        for t in sorted(front, key=lambda t: t.values[1])
+    ]
+    return "\n".join(
+        [
+            f"## Pareto front ({len(front)} of {len(done)} complete trials)",
+            "",
+            "| trial | method | sparsity | val perplexity | parameters | heads per layer |",
+            "| --- | --- | --- | --- | --- | --- |",
+            *rows,
+        ]
+    )
+
+
+def plot_front(study: optuna.Study, output: Path) -> list[Path]:
+    """The front PNG (perplexity against parameters, every trial in grey, the front as a line, one
+    colour per method, the dense control starred) and a head map PNG beside it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    front = sorted(pareto_front(done, key=lambda t: (t.values[0], t.values[1])), key=lambda t: t.values[1])
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    ax.scatter(
+        [t.values[1] for t in done], [t.values[0] for t in done], color="0.75", s=25, label="all trials"
+    )
+    ax.plot(
+        [t.values[1] for t in front], [t.values[0] for t in front], color="0.2", lw=1, drawstyle="steps-post"
+    )
+    methods = sorted({t.user_attrs["method"] for t in front})
+    colours = plt.get_cmap("tab10")
+    for i, method in enumerate(methods):
+        pts = [t for t in front if t.user_attrs["method"] == method]
+        ax.scatter(
+            [t.values[1] for t in pts],
+            [t.values[0] for t in pts],
+            color=colours(i),
+            s=45,
+            label=f"front: {method}",
+            zorder=3,
+        )
+    dense = dense_reference(done)
+    if dense:
+        ax.scatter([dense[1]], [dense[0]], marker="*", s=220, color="black", label="dense control", zorder=4)
+    spread = max(t.values[1] for t in done) / max(1, min(t.values[1] for t in done))
+    if spread > 10:
+        ax.set_xscale("log")
+    ax.set_xlabel("parameters (physically pruned model)")
+    ax.set_ylabel("validation perplexity")
+    ax.set_title(f"{study.study_name}: perplexity against parameters")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(output)
+    plt.close(fig)
+    heads = output.with_name(output.stem + "_heads" + output.suffix)
+    _plot_head_maps(front, heads, plt, study.user_attrs.get("config", {}).get("model", {}).get("n_head"))
+    return [output, heads]
+
+
+def _plot_head_maps(front: list[FrozenTrial], output: Path, plt, n_head: int | None) -> None:
+    """One small layers x heads grid per front point: dark = kept, light = removed."""
+    n = max(1, len(front))
+    cols = min(4, n)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols, 2.2 * rows), dpi=120, squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, t in zip(axes.flat, front):
+        kept = t.user_attrs["kept_heads"]
+        kept = json.loads(kept) if isinstance(kept, str) else kept
+        n_heads = n_head or max(max(k) + 1 for k in kept if k)
+        grid = [[1.0 if h in set(layer) else 0.0 for h in range(n_heads)] for layer in kept]
+        ax.imshow(grid, cmap="Greys", vmin=-0.3, vmax=1.0, aspect="auto")
+        ax.set_title(f"#{t.number} ppl {t.values[0]:.2f}\n{sum(map(len, kept))} heads", fontsize=7)
+        ax.axis("on")
+        ax.set_xticks([])
+        ax.set_yticks(range(len(kept)))
+        ax.tick_params(labelsize=6)
+    fig.suptitle("heads kept (dark) per layer, front trials", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(output)
+    plt.close(fig)

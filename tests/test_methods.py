@@ -1,0 +1,151 @@
+"""Every pruning method on a tiny model: exact budgets, Michel's gradient, distillation, errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from trainers.data import CharCorpus
+from trainers.gates import heads_to_keep, mask_from_keep
+from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams
+from trainers.methods import PeerDistillation, head_importance, mask_gradients, prune
+from trainers.model import LanguageModel, ModelConfig, count_parameters
+from trainers.pretrain import ensure_dense_checkpoint, load_dense
+from trainers.trial import TrialSetup, run_trial
+
+FAMILIES = ["gpt", "all_attention"]
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def setup(request, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("dense")
+    text = folder / "text.txt"
+    from conftest import CORPUS
+
+    text.write_text(CORPUS.read_text(encoding="utf-8")[:30000], encoding="utf-8")
+    corpus = CharCorpus.load(text, block_size=16)
+    cfg = ModelConfig(
+        vocab_size=corpus.vocab_size,
+        block_size=16,
+        n_layer=3,
+        n_head=4,
+        d_model=32,
+        family=request.param,
+        n_persistent=8,
+    )
+    dense = ensure_dense_checkpoint(
+        corpus, cfg, PretrainConfig(steps=20, batch_size=8, warmup_steps=2), folder, eval_tokens=512
+    )
+    budget = TrialBudget(prune_steps=12, finetune_steps=4, batch_size=8, eval_tokens=512)
+    return TrialSetup(corpus, dense, budget, seed=0)
+
+
+@pytest.mark.parametrize("method", ["l0_target", "topk", "importance", "random"])
+@pytest.mark.parametrize("sparsity", [0.25, 0.5, 0.75])
+def test_target_methods_end_at_exactly_the_target(setup, method, sparsity):
+    hp = TrialHParams(method=method, sparsity=sparsity, min_heads_per_layer=1, importance_batches=1)
+    result = run_trial(setup, hp)
+    assert sum(result.heads_per_layer) == heads_to_keep(12, sparsity)
+    assert min(result.heads_per_layer) >= 1
+    assert result.sparsity == pytest.approx(1 - heads_to_keep(12, sparsity) / 12)
+    total, nonembed = count_parameters(
+        LanguageModel(
+            ModelConfig(
+                **{**setup.dense.model_config.to_dict(), "heads_per_layer": tuple(result.heads_per_layer)}
+            )
+        )
+    )
+    assert (result.n_params, result.n_params_nonembed) == (total, nonembed)
+
+
+def test_min_heads_per_layer_is_respected_when_the_budget_allows(setup):
+    result = run_trial(setup, TrialHParams(method="random", sparsity=0.5, min_heads_per_layer=2))
+    assert result.heads_per_layer == [2, 2, 2]
+
+
+def test_l0_penalty_sparsity_follows_lambda(setup):
+    none = run_trial(setup, TrialHParams(method="l0_penalty", l0_lambda=0.0))
+    assert none.sparsity == 0.0  # log_alpha starts at 2: without pressure every gate stays open
+    strong = run_trial(
+        setup,
+        TrialHParams(method="l0_penalty", l0_lambda=50.0, gate_lr_mult=500.0, schedule_shape="one_shot"),
+    )
+    assert strong.sparsity > 0.0
+    assert min(strong.heads_per_layer) >= 1
+
+
+def test_dense_method_removes_nothing(setup):
+    result = run_trial(setup, TrialHParams(method="dense", sparsity=0.0))
+    assert result.heads_per_layer == [4, 4, 4] and result.sparsity == 0.0
+
+
+def test_output_scaling_and_distillation_run_end_to_end(setup):
+    hp = TrialHParams(method="l0_target", sparsity=0.5, output_scaling=True, distill=True)
+    result = run_trial(setup, hp)
+    assert sum(result.heads_per_layer) == 6
+    assert result.val_perplexity < setup.corpus.vocab_size  # better than uniform guessing
+
+
+@pytest.mark.parametrize("sparsity", [0.95, 0.8])
+def test_unreachable_target_fails_before_training(setup, sparsity):
+    calls = []
+    hp = TrialHParams(method="l0_target", sparsity=sparsity, min_heads_per_layer=1)
+    with pytest.raises(ValueError, match="min_heads_per_layer"):
+        run_trial(setup, hp, progress=lambda *a: calls.append(a))
+    assert calls == []
+
+
+def test_michel_importance_is_the_mask_gradient(setup):
+    model = load_dense(setup.dense, torch.device("cpu")).double().eval()
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(0, setup.corpus.vocab_size, (4, 16), generator=g)
+    y = torch.randint(0, setup.corpus.vocab_size, (4, 16), generator=g)
+    mask = [torch.ones(4, dtype=torch.float64) for _ in range(3)]
+    grads = mask_gradients(model, x, y, mask)
+    eps = 1e-5
+    for flat in range(12):
+        layer, head = divmod(flat, 4)
+        plus = [m.clone() for m in mask]
+        minus = [m.clone() for m in mask]
+        plus[layer][head] += eps
+        minus[layer][head] -= eps
+        finite = (model.loss(x, y, plus) - model.loss(x, y, minus)).item() / (2 * eps)
+        assert grads[flat].item() == pytest.approx(finite, rel=1e-4, abs=1e-8)
+
+
+def test_importance_scores_are_normalised_per_layer(setup):
+    model = load_dense(setup.dense, torch.device("cpu"))
+    mask = [torch.ones(4) for _ in range(3)]
+    scores = head_importance(
+        model, setup.corpus.train, mask, batches=2, batch_size=4, generator=torch.Generator().manual_seed(0)
+    )
+    assert torch.allclose(torch.stack([s.norm() for s in scores.split(4)]), torch.ones(3))
+    assert (scores >= 0).all()
+
+
+def test_iterative_importance_pruning_removes_the_least_important_first(setup):
+    model = load_dense(setup.dense, torch.device("cpu"))
+    hp = TrialHParams(method="importance", sparsity=1 / 12, importance_batches=2)  # one round, one head
+    g = torch.Generator().manual_seed(5)
+    keep = prune(model, setup.corpus.train, hp, steps=0, batch_size=4, generator=g).keep
+    scores = head_importance(
+        model,
+        setup.corpus.train,
+        [torch.ones(4) for _ in range(3)],
+        batches=2,
+        batch_size=4,
+        generator=torch.Generator().manual_seed(5),
+    )
+    removed = [layer * 4 + h for layer in range(3) for h in range(4) if h not in keep[layer]]
+    assert removed == [int(torch.argmin(scores))]
+
+
+def test_peer_distillation_is_zero_for_the_teacher_and_positive_otherwise(setup):
+    teacher = load_dense(setup.dense, torch.device("cpu")).eval()
+    distill = PeerDistillation(teacher, alpha_layer=1.0, alpha_logit=1.0)
+    x = setup.corpus.train[:64].view(4, 16)
+    logits, attn = teacher(x, return_attn=True)
+    assert distill.extra(x, logits, attn).item() == pytest.approx(0.0, abs=1e-6)
+    gates = mask_from_keep([[0, 1], [2], [0, 3]], [4, 4, 4])
+    logits, attn = teacher(x, gates, return_attn=True)
+    assert distill.extra(x, logits, attn).item() > 1e-4

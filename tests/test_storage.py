@@ -1,0 +1,117 @@
+"""The storage layer on SQLite and on the real PostgreSQL server."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+
+import optuna
+import pytest
+import sqlalchemy as sa
+from helpers import SMOKE, expected_front, frontier_triples, launch, ray_processes
+
+from orchestrator.errors import UserError
+from orchestrator.storage import (
+    ParetoPoint,
+    create_or_load_study,
+    fail_orphaned_trials,
+    open_store,
+    read_frontier,
+    redact,
+    refresh_frontier,
+)
+
+POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path):
+    url = f"sqlite:///{tmp_path}/s.db" if request.param == "sqlite" else POSTGRES
+    return open_store(url)
+
+
+@pytest.fixture
+def study(store):
+    name = f"test-{uuid.uuid4().hex[:10]}"
+    study = create_or_load_study(store, name, optuna.samplers.RandomSampler(seed=0))
+    yield study
+    with store.engine.begin() as conn:
+        conn.execute(sa.delete(ParetoPoint.__table__).where(ParetoPoint.study_name == name))
+    optuna.delete_study(study_name=name, storage=store.storage)
+
+
+def add_complete(study: optuna.Study, ppl: float, n_params: int) -> None:
+    trial = study.ask()
+    for key, value in {
+        "n_params_nonembed": n_params - 100,
+        "sparsity": 0.5,
+        "heads_per_layer": [1, 2],
+        "method": "l0_target",
+        "hparams": {"sparsity": 0.5},
+    }.items():
+        trial.set_user_attr(key, value)
+    study.tell(trial, [ppl, n_params])
+
+
+def test_frontier_table_tracks_the_front(store, study):
+    for ppl, n in [(5.0, 1000), (6.0, 800), (5.5, 1200), (7.0, 800), (4.9, 1500), (6.0, 800)]:
+        add_complete(study, ppl, n)
+        refresh_frontier(store, study)
+        assert frontier_triples(read_frontier(store, study.study_name)) == expected_front(study)
+    assert [r["n_params"] for r in read_frontier(store, study.study_name)] == [800, 800, 1000, 1500]
+
+
+def test_study_records_two_minimised_objectives_by_name(study):
+    assert study.metric_names == ["val_perplexity", "n_params"]
+    assert all(d == optuna.study.StudyDirection.MINIMIZE for d in study.directions)
+
+
+def test_orphaned_running_trials_are_failed(store, study):
+    study.ask()
+    add_complete(study, 5.0, 1000)
+    assert fail_orphaned_trials(study) == [0]
+    states = [t.state for t in study.get_trials()]
+    assert states == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.COMPLETE]
+
+
+def test_tables_are_created_idempotently(store):
+    again = open_store(store.url)
+    assert sa.inspect(again.engine).has_table("pareto_frontier")
+
+
+def test_redact_hides_the_password():
+    assert redact("postgresql+psycopg://u:hunter2@h:5432/db") == "postgresql+psycopg://u:***@h:5432/db"
+    assert "hunter2" not in redact("mysql+pymysql://root:hunter2@localhost/test")
+
+
+def test_unreachable_server_is_a_user_error_without_the_password():
+    with pytest.raises(UserError, match="cannot connect") as err:
+        open_store("postgresql+psycopg://u:hunter2@127.0.0.1:1/db")
+    assert "hunter2" not in str(err.value)
+
+
+@pytest.mark.slow
+def test_smoke_study_on_postgresql_keeps_the_password_out_of_files_and_logs(tmp_path):
+    """The real CLI against the real server, with a password in the URL (trust auth ignores it)."""
+    secret = f"pw{uuid.uuid4().hex[:12]}"
+    name = f"smoke-{uuid.uuid4().hex[:8]}"
+    url = f"postgresql+psycopg://postgres:{secret}@127.0.0.1:5432/test"
+    before = ray_processes()
+    try:
+        run = launch("run", str(SMOKE), "--storage", url, "--study-name", name, cwd=tmp_path)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert ray_processes() - before == set()
+        store = open_store(POSTGRES)
+        study = optuna.load_study(study_name=name, storage=store.storage)
+        assert len(study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))) == 3
+        assert frontier_triples(read_frontier(store, name)) == expected_front(study)
+        assert secret not in run.stdout + run.stderr
+        for path in tmp_path.rglob("*"):
+            if path.is_file():
+                assert secret.encode() not in path.read_bytes(), path
+    finally:
+        store = open_store(POSTGRES)
+        with store.engine.begin() as conn:
+            conn.execute(sa.delete(ParetoPoint.__table__).where(ParetoPoint.study_name == name))
+        with contextlib.suppress(KeyError):  # the run failed before creating it
+            optuna.delete_study(study_name=name, storage=store.storage)
