@@ -33,6 +33,7 @@ class StudySettings:
     gpus_per_trial: float = bounded(0.0, 0.0)
     max_retries: int = bounded(1, 0, doc="Tune retries of a trial whose worker died")
     max_failed_trials: int = bounded(5, 0, doc="FAIL trials a run tolerates before it stops")
+    lease_seconds: float = bounded(60.0, 1.0, doc="a driver silent this long loses the study")
 
 
 @dataclass(frozen=True)

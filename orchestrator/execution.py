@@ -40,14 +40,26 @@ def train_on_worker(config: dict[str, Any], setup: TrialSetup) -> None:
         1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))
     )
     torch.set_num_threads(threads)
-    result = run_trial(setup, TrialHParams(**config["hparams"]), save_dir=Path(config["model_dir"]))
+    result = run_trial(
+        setup,
+        TrialHParams(**config["hparams"]),
+        save_dir=Path(config["model_dir"]),
+        resume_dirs=[Path(p) for p in config.get("resume_dirs", [])],
+    )
     tune.report(
         {
             "val_perplexity": result.val_perplexity,
             "n_params": result.n_params,
             RESULT_KEY: json.dumps(result.to_dict()),
+            "node_id": ray.get_runtime_context().get_node_id(),  # where it ran, for cluster checks
         }
     )
+
+
+def error_line(error: Exception | None) -> str:
+    """The last line of a trial's error (the exception itself, not Tune's traceback)."""
+    text = str(error).strip() if error else ""
+    return text.splitlines()[-1] if text else "the trial's worker failed"
 
 
 class StudyDriver:
@@ -92,7 +104,22 @@ class StudyDriver:
         trial.set_user_attr("model_dir", str(model_dir))
         self.live[tune_trial_id] = trial
         self.started[tune_trial_id] = time.time()
-        return {"optuna_trial": trial.number, "hparams": hparams, "model_dir": str(model_dir)}
+        # A retry of a trial whose driver died resumes from that trial's checkpoint, if it left one.
+        retry_of = trial.user_attrs.get("retry_of")
+        resume = [str(model_dir)] + ([str(self.models_dir / str(retry_of))] if retry_of is not None else [])
+        return {
+            "optuna_trial": trial.number,
+            "hparams": hparams,
+            "model_dir": str(model_dir),
+            "resume_dirs": resume,
+        }
+
+    def note_retry(self, tune_trial_id: str, error: Exception | None) -> None:
+        trial = self.live.get(tune_trial_id)
+        if trial is not None:
+            retries = trial.user_attrs.get("worker_retries", 0) + 1
+            trial.set_user_attr("worker_retries", retries)
+            trial.set_user_attr("last_worker_error", error_line(error))
 
     def finish(self, tune_trial_id: str, result: dict | None, error: str | None) -> None:
         trial = self.live.pop(tune_trial_id, None)
@@ -123,6 +150,7 @@ class StudyDriver:
             ):
                 trial.set_user_attr(key, outcome[key])
             trial.set_user_attr("wall_seconds", seconds)
+            trial.set_user_attr("node_id", result.get("node_id", ""))
             self.study.tell(trial, values)
             self.n_complete += 1
         self.on_finished(trial.number)
@@ -156,10 +184,12 @@ class StudyCallback(Callback):
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.driver.finish(trial.trial_id, trial.last_result, None)
 
+    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        """Tune restarts a trial whose worker died (up to ``max_retries``): count it on the trial."""
+        self.driver.note_retry(trial.trial_id, trial.get_error())
+
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        error = trial.get_error()
-        message = str(error).strip().splitlines()[-1] if error else "the trial's worker failed"
-        self.driver.finish(trial.trial_id, None, message)
+        self.driver.finish(trial.trial_id, None, error_line(trial.get_error()))
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "driver"} | {"driver": None}

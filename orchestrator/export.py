@@ -9,17 +9,7 @@ import optuna
 import pandas as pd
 
 from orchestrator.errors import UserError
-from orchestrator.storage import StudyStore, complete_trials, read_frontier, trial_row
-
-LEADING_COLUMNS = [
-    "trial_number",
-    "val_perplexity",
-    "n_params",
-    "n_params_nonembed",
-    "sparsity",
-    "heads_per_layer",
-    "method",
-]
+from orchestrator.storage import RESULT_COLUMNS, StudyStore, complete_trials, read_frontier, trial_row
 
 
 def study_table(store: StudyStore, study: optuna.Study, everything: bool = False) -> pd.DataFrame:
@@ -33,7 +23,7 @@ def study_table(store: StudyStore, study: optuna.Study, everything: bool = False
         raise UserError(f"study {study.study_name!r} has no complete trial to export")
     frame = pd.DataFrame(rows)
     params = pd.DataFrame([json.loads(p) for p in frame["params"]]).add_prefix("params_")
-    frame = pd.concat([frame[LEADING_COLUMNS], params], axis=1)
+    frame = pd.concat([frame[list(RESULT_COLUMNS)], params], axis=1)
     return frame.sort_values(["n_params", "val_perplexity", "trial_number"], ignore_index=True)
 
 

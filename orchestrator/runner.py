@@ -19,8 +19,10 @@ from orchestrator.progress import PhaseProgress, say
 from orchestrator.report import front_note
 from orchestrator.storage import (
     StudyStore,
+    check_objectives,
     create_or_load_study,
     fail_orphaned_trials,
+    hold_lease,
     open_store,
     read_frontier,
     refresh_frontier,
@@ -77,11 +79,26 @@ def _sampler(cfg: StudyConfig, store: StudyStore, name: str) -> optuna.samplers.
 def run_study(cfg: StudyConfig, opts: RunOptions) -> RunSummary:
     corpus, model_cfg = prepare_inputs(cfg)
     store = open_store(opts.storage_url)
+    if study_exists(store, opts.study_name):
+        check_objectives(store, opts.study_name)  # before the lease: a mistake writes nothing
+    with hold_lease(store, opts.study_name, cfg.study.lease_seconds) as previous_owner:
+        if previous_owner:
+            say(f"took over the study from {previous_owner}, whose lease had expired")
+        return _run_leased(cfg, opts, store, corpus, model_cfg)
+
+
+def _run_leased(
+    cfg: StudyConfig, opts: RunOptions, store: StudyStore, corpus: CharCorpus, model_cfg: ModelConfig
+) -> RunSummary:
     study = create_or_load_study(store, opts.study_name, _sampler(cfg, store, opts.study_name))
     say(f"study {opts.study_name!r} in {store.safe_url}")
     orphans = fail_orphaned_trials(study)
     if orphans:
-        say(f"marked FAIL the trials {orphans} left RUNNING by a driver that stopped")
+        say(
+            f"marked FAIL the trials {[t.number for t in orphans]} left RUNNING by a driver that "
+            "stopped, and asked for them again"
+        )
+    refresh_frontier(store, study)  # a driver killed between tell and refresh left it stale
     study.set_user_attr("config", cfg.raw)
     study.set_user_attr("n_trials_target", opts.n_trials)
     study.set_user_attr("max_concurrent", opts.max_concurrent)

@@ -7,9 +7,14 @@ study's COMPLETE trials.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
+import threading
+import uuid
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,7 +58,18 @@ class ParetoPoint(Base):
     updated_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True))
 
 
-FRONTIER_COLUMNS = (
+class StudyLease(Base):
+    """One driver per study: the owner keeps ``heartbeat_at`` fresh; an expired lease is free."""
+
+    __tablename__ = "study_lease"
+
+    study_name: Mapped[str] = mapped_column(sa.String(512), primary_key=True)
+    owner: Mapped[str] = mapped_column(sa.String(256))
+    heartbeat_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True))
+
+
+# What a COMPLETE trial's row shows, first in every export; the frontier table adds the rest.
+RESULT_COLUMNS = (
     "trial_number",
     "val_perplexity",
     "n_params",
@@ -61,9 +77,8 @@ FRONTIER_COLUMNS = (
     "sparsity",
     "heads_per_layer",
     "method",
-    "params",
-    "updated_at",
 )
+FRONTIER_COLUMNS = (*RESULT_COLUMNS, "params", "updated_at")
 
 
 def redact(url: str) -> str:
@@ -199,11 +214,84 @@ def read_frontier(store: StudyStore, study_name: str) -> list[dict[str, Any]]:
         return [{c: getattr(p, c) for c in FRONTIER_COLUMNS} for p in points]
 
 
-def fail_orphaned_trials(study: optuna.Study) -> list[int]:
-    """Mark FAIL every RUNNING trial: called by the one live driver before it asks for trials,
-    so these can only be left over from a driver that died."""
+def fail_orphaned_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """Mark FAIL every RUNNING trial and ask for it again (same hyperparameters, linked by
+    ``retry_of``). Called by the driver holding the lease before it asks for trials, so these
+    can only be left over from a driver that died. The dense control is not enqueued: the
+    driver asks for it anew while the study has no complete one."""
     orphans = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     for trial in orphans:
-        study._storage.set_trial_user_attr(trial._trial_id, "error", "driver died while it ran")
+        study._storage.set_trial_user_attr(trial._trial_id, "error", "its driver stopped while it ran")
         study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-    return [t.number for t in orphans]
+        if not trial.user_attrs.get("dense_control"):
+            study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
+    return orphans
+
+
+def _utc(moment: datetime) -> datetime:
+    """SQLite returns naive datetimes: read them as UTC."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def acquire_lease(store: StudyStore, study_name: str, owner: str, ttl_seconds: float) -> str | None:
+    """Take the study's lease; returns the previous owner when an expired lease was taken over.
+    Raises UserError while another driver's heartbeat is fresh."""
+    now = datetime.now(UTC)
+    try:
+        with Session(store.engine) as session, session.begin():
+            lease = session.get(StudyLease, study_name, with_for_update=True)
+            if lease is None:
+                session.add(StudyLease(study_name=study_name, owner=owner, heartbeat_at=now))
+                return None
+            age = (now - _utc(lease.heartbeat_at)).total_seconds()
+            if lease.owner != owner and age < ttl_seconds:
+                raise UserError(
+                    f"study {study_name!r} is being run by another driver ({lease.owner}, heartbeat "
+                    f"{age:.0f}s ago); wait for it, or for its lease to expire ({ttl_seconds:.0f}s after "
+                    "its last heartbeat)"
+                )
+            previous, lease.owner, lease.heartbeat_at = lease.owner, owner, now
+            return previous if previous != owner else None
+    except sa.exc.IntegrityError:  # another driver inserted the row between our read and write
+        raise UserError(f"study {study_name!r} is being started by another driver") from None
+
+
+def renew_lease(store: StudyStore, study_name: str, owner: str) -> bool:
+    """Refresh the heartbeat; False when the lease is no longer ours."""
+    with store.engine.begin() as conn:
+        updated = conn.execute(
+            sa.update(StudyLease)
+            .where(StudyLease.study_name == study_name, StudyLease.owner == owner)
+            .values(heartbeat_at=datetime.now(UTC))
+        )
+    return updated.rowcount == 1
+
+
+def release_lease(store: StudyStore, study_name: str, owner: str) -> None:
+    with store.engine.begin() as conn:
+        conn.execute(
+            sa.delete(StudyLease).where(StudyLease.study_name == study_name, StudyLease.owner == owner)
+        )
+
+
+@contextlib.contextmanager
+def hold_lease(store: StudyStore, study_name: str, ttl_seconds: float) -> Iterator[str | None]:
+    """Hold the study's lease for the block, renewing it from a thread every ttl/3 seconds.
+    Yields the owner of an expired lease that was taken over, if any."""
+    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    previous = acquire_lease(store, study_name, owner, ttl_seconds)
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(ttl_seconds / 3):
+            with contextlib.suppress(SQLAlchemyError):  # a missed beat is retried on the next
+                renew_lease(store, study_name, owner)
+
+    thread = threading.Thread(target=beat, name="lease-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield previous
+    finally:
+        stop.set()
+        thread.join()
+        release_lease(store, study_name, owner)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -27,8 +28,26 @@ def launch(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedP
 
 
 def ray_processes() -> set[int]:
-    out = subprocess.run(["pgrep", "-f", "raylet|gcs_server"], capture_output=True, text=True).stdout
-    return {int(p) for p in out.split()}
+    """Ray's own processes: the cluster, its agents and workers (named ray::...)."""
+    out = subprocess.run(
+        ["pgrep", "-f", "raylet|gcs_server|ray::|ray/dashboard|ray/_private"], capture_output=True, text=True
+    ).stdout
+    return {int(p) for p in out.split()} - {os.getpid()}
+
+
+def kill_new_ray_processes(before: set[int]) -> None:
+    """After a driver was SIGKILLed, Ray's agents outlive it (orphans of PID 1): stop them."""
+    import signal
+    import time
+
+    for _ in range(20):  # the raylet and GCS exit by themselves within a few seconds
+        leftovers = ray_processes() - before
+        if not leftovers:
+            return
+        for pid in leftovers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
 
 
 def expected_front(study: optuna.Study) -> list[tuple[int, float, int]]:

@@ -151,14 +151,16 @@ def smoke_url(smoke) -> str:
     return f"sqlite:///{smoke['work']}/runs/smoke.db"
 
 
+def on_smoke(smoke, command: str, *args: str, cwd):
+    """``launch-study COMMAND --storage <smoke db> --study-name smoke ARGS``."""
+    return launch(command, "--storage", smoke_url(smoke), "--study-name", "smoke", *args, cwd=cwd)
+
+
 def test_json_export_equals_the_frontier_table(smoke, tmp_path):
     out = tmp_path / "front.json"
-    run = launch(
+    run = on_smoke(
+        smoke,
         "export",
-        "--storage",
-        smoke_url(smoke),
-        "--study-name",
-        "smoke",
         "--format",
         "json",
         "--output",
@@ -175,12 +177,9 @@ def test_json_export_equals_the_frontier_table(smoke, tmp_path):
 
 def test_plot_writes_two_valid_pngs(smoke, tmp_path):
     out = tmp_path / "front.png"
-    run = launch(
+    run = on_smoke(
+        smoke,
         "export",
-        "--storage",
-        smoke_url(smoke),
-        "--study-name",
-        "smoke",
         "--plot",
         str(out),
         "--output",
@@ -196,7 +195,7 @@ def test_plot_writes_two_valid_pngs(smoke, tmp_path):
 
 
 def test_status_reports_states_front_and_hypervolume(smoke, tmp_path):
-    run = launch("status", "--storage", smoke_url(smoke), "--study-name", "smoke", cwd=tmp_path)
+    run = on_smoke(smoke, "status", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     front = len(read_frontier(smoke["store"], "smoke"))
     assert "complete 4" in run.stdout
@@ -210,12 +209,9 @@ def test_exported_model_reloads_with_the_recorded_perplexity(smoke, tmp_path):
         key=lambda t: t.user_attrs["sparsity"],
     )
     out = tmp_path / "model"
-    run = launch(
+    run = on_smoke(
+        smoke,
         "export-model",
-        "--storage",
-        smoke_url(smoke),
-        "--study-name",
-        "smoke",
         "--trial",
         str(trial.number),
         "--output",

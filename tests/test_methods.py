@@ -149,3 +149,49 @@ def test_peer_distillation_is_zero_for_the_teacher_and_positive_otherwise(setup)
     gates = mask_from_keep([[0, 1], [2], [0, 3]], [4, 4, 4])
     logits, attn = teacher(x, gates, return_attn=True)
     assert distill.extra(x, logits, attn).item() > 1e-4
+
+
+class Crash(RuntimeError):
+    pass
+
+
+def crash_in_finetune(phase, step, total, loss):
+    if phase == "finetune":
+        raise Crash
+
+
+def test_a_retry_resumes_after_pruning_and_matches_an_uninterrupted_trial(setup, tmp_path):
+    hp = TrialHParams(method="l0_target", sparsity=0.5)
+    whole = run_trial(setup, hp, save_dir=tmp_path / "whole")
+    with pytest.raises(Crash):
+        run_trial(setup, hp, progress=crash_in_finetune, save_dir=tmp_path / "first")
+    phases = []
+    retried = run_trial(
+        setup,
+        hp,
+        progress=lambda p, *a: phases.append(p),
+        save_dir=tmp_path / "retry",
+        resume_dirs=[tmp_path / "retry", tmp_path / "first"],
+    )
+    assert "prune" not in phases and "finetune" in phases  # the pruning phase was not redone
+    assert retried.phase_seconds["prune_resumed"] == 1.0
+    assert retried.kept_heads == whole.kept_heads
+    assert retried.val_perplexity == pytest.approx(whole.val_perplexity, rel=1e-6)
+
+
+def test_a_checkpoint_of_other_hyperparameters_is_not_resumed(setup, tmp_path):
+    with pytest.raises(Crash):
+        run_trial(
+            setup,
+            TrialHParams(method="random", sparsity=0.5),
+            progress=crash_in_finetune,
+            save_dir=tmp_path / "first",
+        )
+    phases = []
+    run_trial(
+        setup,
+        TrialHParams(method="l0_target", sparsity=0.5),
+        progress=lambda p, *a: phases.append(p),
+        resume_dirs=[tmp_path / "first"],
+    )
+    assert "prune" in phases

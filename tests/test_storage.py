@@ -3,22 +3,30 @@
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import optuna
 import pytest
 import sqlalchemy as sa
 from helpers import SMOKE, expected_front, frontier_triples, launch, ray_processes
+from sqlalchemy.orm import Session
 
 from orchestrator.errors import UserError
 from orchestrator.storage import (
     ParetoPoint,
+    StudyLease,
+    acquire_lease,
     create_or_load_study,
     fail_orphaned_trials,
+    hold_lease,
     open_store,
     read_frontier,
     redact,
     refresh_frontier,
+    release_lease,
+    renew_lease,
 )
 
 POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -69,9 +77,14 @@ def test_study_records_two_minimised_objectives_by_name(study):
 def test_orphaned_running_trials_are_failed(store, study):
     study.ask()
     add_complete(study, 5.0, 1000)
-    assert fail_orphaned_trials(study) == [0]
+    assert [t.number for t in fail_orphaned_trials(study)] == [0]
     states = [t.state for t in study.get_trials()]
-    assert states == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.COMPLETE]
+    assert states == [
+        optuna.trial.TrialState.FAIL,
+        optuna.trial.TrialState.COMPLETE,
+        optuna.trial.TrialState.WAITING,
+    ]
+    assert study.get_trials()[2].user_attrs == {"retry_of": 0}
 
 
 def test_tables_are_created_idempotently(store):
@@ -115,3 +128,45 @@ def test_smoke_study_on_postgresql_keeps_the_password_out_of_files_and_logs(tmp_
             conn.execute(sa.delete(ParetoPoint.__table__).where(ParetoPoint.study_name == name))
         with contextlib.suppress(KeyError):  # the run failed before creating it
             optuna.delete_study(study_name=name, storage=store.storage)
+
+
+def test_a_second_driver_is_refused_while_the_lease_is_fresh(store):
+    name = f"lease-{uuid.uuid4().hex[:8]}"
+    assert acquire_lease(store, name, "driver-a", ttl_seconds=60) is None
+    with pytest.raises(UserError, match="another driver.*driver-a"):
+        acquire_lease(store, name, "driver-b", ttl_seconds=60)
+    release_lease(store, name, "driver-a")
+    assert acquire_lease(store, name, "driver-b", ttl_seconds=60) is None
+    release_lease(store, name, "driver-b")
+
+
+def test_an_expired_lease_is_taken_over_and_the_old_owner_loses_it(store):
+    name = f"lease-{uuid.uuid4().hex[:8]}"
+    acquire_lease(store, name, "driver-a", ttl_seconds=60)
+    with store.engine.begin() as conn:  # driver-a went silent two minutes ago
+        conn.execute(
+            sa.update(StudyLease)
+            .where(StudyLease.study_name == name)
+            .values(heartbeat_at=datetime.now(UTC) - timedelta(seconds=120))
+        )
+    assert acquire_lease(store, name, "driver-b", ttl_seconds=60) == "driver-a"
+    assert renew_lease(store, name, "driver-a") is False
+    assert renew_lease(store, name, "driver-b") is True
+    release_lease(store, name, "driver-b")
+
+
+def test_hold_lease_renews_from_a_thread_and_releases(store):
+    name = f"lease-{uuid.uuid4().hex[:8]}"
+
+    def heartbeat():
+        with Session(store.engine) as session:
+            return session.get(StudyLease, name).heartbeat_at
+
+    with hold_lease(store, name, ttl_seconds=1.5):
+        first = heartbeat()
+        time.sleep(1.2)
+        assert heartbeat() > first
+        with pytest.raises(UserError):
+            acquire_lease(store, name, "intruder", ttl_seconds=1.5)
+    with Session(store.engine) as session:
+        assert session.get(StudyLease, name) is None

@@ -6,6 +6,7 @@ Optuna, Ray or databases and can be run and tested alone.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -14,10 +15,10 @@ from pathlib import Path
 import torch
 
 from trainers.data import CharCorpus, eval_windows
-from trainers.export import save_pruned
+from trainers.export import load_pruned, save_pruned
 from trainers.gates import check_reachable
 from trainers.hparams import TARGET_METHODS, TrialBudget, TrialHParams
-from trainers.methods import PeerDistillation, plain_loss, prune
+from trainers.methods import PeerDistillation, PruneOutcome, plain_loss, prune
 from trainers.model import count_parameters, prune_heads
 from trainers.pretrain import DenseCheckpoint, load_dense
 from trainers.training import Progress, fit, mean_loss, pick_device, tokens_per_second
@@ -49,10 +50,35 @@ class TrialResult:
         return asdict(self)
 
 
+AFTER_PRUNE = "after_prune"  # the checkpoint a retried trial resumes from
+
+
+def _resume_point(dirs: list[Path], hp: TrialHParams, device: torch.device):
+    """(model, outcome, seconds, batch generator state) saved after the pruning phase by an
+    earlier try of this trial, so the retry continues exactly where that one was."""
+    for folder in dirs:
+        checkpoint = folder / AFTER_PRUNE
+        if not (checkpoint / "model.safetensors").is_file():
+            continue
+        meta = json.loads((checkpoint / "config.json").read_text())
+        if meta.get("hparams") != hp.to_dict():
+            continue
+        model, _ = load_pruned(checkpoint, device=str(device))
+        outcome = PruneOutcome(meta["keep"], None, meta["trained_steps"])  # scale is already folded in
+        generator_state = torch.tensor(meta["generator_state"], dtype=torch.uint8)
+        return model.train(), outcome, meta["prune_seconds"], generator_state
+    return None
+
+
 def run_trial(
-    setup: TrialSetup, hp: TrialHParams, progress: Progress | None = None, save_dir: Path | None = None
+    setup: TrialSetup,
+    hp: TrialHParams,
+    progress: Progress | None = None,
+    save_dir: Path | None = None,
+    resume_dirs: list[Path] = (),
 ) -> TrialResult:
-    """Prune, fine-tune, evaluate; with ``save_dir``, also write the pruned model there."""
+    """Prune, fine-tune, evaluate. With ``save_dir``, write the pruned model there, and a
+    checkpoint after pruning that a retry (``resume_dirs``) continues from."""
     cfg = setup.dense.model_config
     heads = list(cfg.layer_heads)
     if hp.method in TARGET_METHODS:
@@ -68,21 +94,36 @@ def run_trial(
         loss_fn = PeerDistillation(model, hp.distill_layer, hp.distill_logit)
     seconds: dict[str, float] = {}
 
-    start = time.perf_counter()
-    outcome = prune(
-        model,
-        setup.corpus.train,
-        hp,
-        steps=budget.prune_steps,
-        batch_size=budget.batch_size,
-        generator=generator,
-        loss_fn=loss_fn,
-        progress=progress,
-    )
-    seconds["prune"] = time.perf_counter() - start
+    resumed = _resume_point([Path(d) for d in resume_dirs], hp, device)
+    if resumed:
+        model, outcome, seconds["prune"], generator_state = resumed
+        generator.set_state(generator_state)
+        seconds["prune_resumed"] = 1.0
+    else:
+        start = time.perf_counter()
+        outcome = prune(
+            model,
+            setup.corpus.train,
+            hp,
+            steps=budget.prune_steps,
+            batch_size=budget.batch_size,
+            generator=generator,
+            loss_fn=loss_fn,
+            progress=progress,
+        )
+        model = prune_heads(model, outcome.keep, outcome.head_scale)
+        seconds["prune"] = time.perf_counter() - start
+        if save_dir is not None:
+            meta = {
+                "hparams": hp.to_dict(),
+                "keep": outcome.keep,
+                "trained_steps": outcome.trained_steps,
+                "prune_seconds": seconds["prune"],
+                "generator_state": generator.get_state().tolist(),
+            }
+            save_pruned(model, setup.corpus.vocab, Path(save_dir) / AFTER_PRUNE, extra=meta)
 
     start = time.perf_counter()
-    model = prune_heads(model, outcome.keep, outcome.head_scale)
     # Methods that trained no weights while pruning get those steps here: equal budgets for all.
     steps = budget.finetune_steps + budget.prune_steps - outcome.trained_steps
     if steps:

@@ -1,0 +1,94 @@
+"""A study on a real two-node Ray cluster on this machine, with token authentication."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+from pathlib import Path
+
+import optuna
+import pytest
+from helpers import LAUNCH_STUDY, SMOKE, kill_new_ray_processes, ray_processes
+from optuna.trial import TrialState
+
+pytestmark = pytest.mark.slow
+RAY = Path(LAUNCH_STUDY).parent / "ray"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_trials_land_on_both_nodes_of_an_existing_cluster(tmp_path):
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": secrets.token_hex(32),
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
+    env.pop("RAY_ADDRESS", None)
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    before = ray_processes()
+    try:
+        head = subprocess.run(
+            [
+                str(RAY),
+                "start",
+                "--head",
+                f"--port={port}",
+                "--num-cpus=1",
+                "--include-dashboard=false",
+                "--node-ip-address=127.0.0.1",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert head.returncode == 0, head.stderr[-2000:]
+        worker = subprocess.run(
+            [str(RAY), "start", f"--address={address}", "--num-cpus=1", "--node-ip-address=127.0.0.1"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert worker.returncode == 0, worker.stderr[-2000:]
+        url = f"sqlite:///{tmp_path}/runs/cluster.db"
+        run = subprocess.run(
+            [
+                str(LAUNCH_STUDY),
+                "run",
+                str(SMOKE),
+                "--storage",
+                url,
+                "--ray-address",
+                address,
+                "--n-trials",
+                "6",
+                "--max-concurrent",
+                "2",
+                "--set",
+                "study.cpus_per_trial=1",
+                "--set",
+                "trial.finetune_steps=300",
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+    finally:
+        kill_new_ray_processes(before)
+    study = optuna.load_study(study_name="smoke", storage=url)
+    complete = study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(complete) == 6
+    assert len({t.user_attrs["node_id"] for t in complete}) == 2
+    assert ray_processes() - before == set()

@@ -1,0 +1,196 @@
+"""Crashes: the driver SIGKILLed at several points, a worker killed, two drivers on one study.
+
+Each scenario runs the real CLI on the smoke study (budgets raised a little so there is time to
+kill it where we want), then the same command again, and checks the invariants of
+architecture.md on SQLite and on the real PostgreSQL server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import optuna
+import pytest
+import sqlalchemy as sa
+from helpers import (
+    LAUNCH_STUDY,
+    SMOKE,
+    expected_front,
+    frontier_triples,
+    kill_new_ray_processes,
+    launch,
+    ray_processes,
+)
+from optuna.trial import TrialState
+
+from orchestrator.storage import ParetoPoint, StudyLease, open_store, read_frontier
+
+pytestmark = pytest.mark.slow
+
+N_TRIALS = 4
+# A short lease so that a restarted driver may take over 2 s after the killed one's last beat.
+SLOWER = [
+    "--set",
+    "study.lease_seconds=2",
+    "--set",
+    "trial.finetune_steps=150",
+    "--set",
+    "pretrain.steps=400",
+    "--n-trials",
+    str(N_TRIALS),
+]
+POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def study_db(request, tmp_path):
+    name = f"crash-{uuid.uuid4().hex[:8]}"
+    url = f"sqlite:///{tmp_path}/runs/crash.db" if request.param == "sqlite" else POSTGRES
+    yield url, name
+    if request.param == "postgresql":
+        store = open_store(POSTGRES)
+        with store.engine.begin() as conn:
+            conn.execute(sa.delete(ParetoPoint.__table__).where(ParetoPoint.study_name == name))
+            conn.execute(sa.delete(StudyLease.__table__).where(StudyLease.study_name == name))
+        if name in {s.study_name for s in optuna.get_all_study_summaries(store.storage)}:
+            optuna.delete_study(study_name=name, storage=store.storage)
+
+
+def start(url: str, name: str, cwd: Path, *extra: str) -> tuple[subprocess.Popen, Path]:
+    log = cwd / f"driver-{uuid.uuid4().hex[:6]}.log"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with open(log, "w") as stderr:  # the child keeps its own descriptor
+        proc = subprocess.Popen(
+            [str(LAUNCH_STUDY), "run", str(SMOKE), "--storage", url, "--study-name", name, *SLOWER, *extra],
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+        )
+    return proc, log
+
+
+def wait_for(log: Path, pattern: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if re.search(pattern, log.read_text()):
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"driver ended before {pattern!r}:\n{log.read_text()[-2000:]}")
+        time.sleep(0.1)
+    raise AssertionError(f"no {pattern!r} within {timeout}s:\n{log.read_text()[-2000:]}")
+
+
+def check_invariants(url: str, name: str, before_kill: dict[int, list[float]]) -> optuna.Study:
+    store = open_store(url)
+    study = optuna.load_study(study_name=name, storage=store.storage)
+    trials = study.get_trials()
+    assert not [t.number for t in trials if t.state == TrialState.RUNNING]
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(complete) == N_TRIALS
+    # Nothing completed before the kill is lost or changed...
+    for number, values in before_kill.items():
+        assert trials[number].state == TrialState.COMPLETE and trials[number].values == values
+    # ...nor counted twice: a retry only ever follows a trial that did not complete.
+    for t in trials:
+        if "retry_of" in t.user_attrs:
+            assert trials[t.user_attrs["retry_of"]].state == TrialState.FAIL
+    # Optuna's values are what the trial itself wrote next to its model.
+    for t in complete:
+        saved = json.loads((Path(t.user_attrs["model_dir"]) / "config.json").read_text())
+        assert saved["val_perplexity"] == t.values[0]
+    assert frontier_triples(read_frontier(store, name)) == expected_front(study)
+    return study
+
+
+def completed(url: str, name: str) -> dict[int, list[float]]:
+    try:
+        study = optuna.load_study(study_name=name, storage=open_store(url).storage)
+    except KeyError:
+        return {}
+    return {t.number: t.values for t in study.get_trials(states=(TrialState.COMPLETE,))}
+
+
+KILL_POINTS = {
+    "during pretraining": r"pretrain: step 1/",
+    "during a trial": r"dense model:",
+    "between trials": r"trial 1: COMPLETE",
+}
+
+
+@pytest.mark.parametrize("point", list(KILL_POINTS))
+def test_driver_killed_then_the_same_command_again(point, study_db, tmp_path):
+    url, name = study_db
+    before = ray_processes()
+    proc, log = start(url, name, tmp_path)
+    try:
+        wait_for(log, KILL_POINTS[point], proc)
+        if point == "during a trial":
+            time.sleep(1.5)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        kill_new_ray_processes(before)
+    done_before = completed(url, name)
+    time.sleep(2.2)  # the dead driver's lease expires
+    again = launch("run", str(SMOKE), "--storage", url, "--study-name", name, *SLOWER, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    check_invariants(url, name, done_before)
+    assert ray_processes() - before == set()
+
+
+def test_a_worker_killed_mid_trial_is_retried_and_the_study_completes(tmp_path):
+    url, name = f"sqlite:///{tmp_path}/runs/w.db", "worker"
+    before = ray_processes()
+    proc, log = start(url, name, tmp_path, "--set", "trial.finetune_steps=400")
+    try:
+        wait_for(log, r"dense model:", proc)
+        deadline = time.time() + 60
+        victims: set[int] = set()
+        while not victims and time.time() < deadline:
+            out = subprocess.run(["pgrep", "-f", "ray::ImplicitFunc"], capture_output=True, text=True).stdout
+            victims = {int(p) for p in out.split()}
+            time.sleep(0.2)
+        time.sleep(1.0)
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        kill_new_ray_processes(before)
+    study = optuna.load_study(study_name=name, storage=url)
+    complete = study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(complete) == N_TRIALS
+    assert any(t.user_attrs.get("worker_retries", 0) >= 1 for t in study.get_trials())
+
+
+def test_a_second_driver_refuses_until_the_first_ones_lease_expires(tmp_path):
+    url, name = f"sqlite:///{tmp_path}/runs/two.db", "two"
+    before = ray_processes()
+    first, log = start(url, name, tmp_path)
+    try:
+        wait_for(log, r"dense model:", first)
+        second = launch("run", str(SMOKE), "--storage", url, "--study-name", name, *SLOWER, cwd=tmp_path)
+        assert second.returncode == 2
+        assert "being run by another driver" in second.stderr
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    finally:
+        kill_new_ray_processes(before)
+    time.sleep(2.2)
+    third = launch("run", str(SMOKE), "--storage", url, "--study-name", name, *SLOWER, cwd=tmp_path)
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert "took over the study" in third.stderr
+    assert (
+        len(optuna.load_study(study_name=name, storage=url).get_trials(states=(TrialState.COMPLETE,)))
+        == N_TRIALS
+    )
