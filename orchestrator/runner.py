@@ -16,7 +16,7 @@ from orchestrator.errors import UserError
 from orchestrator.execution import StudyCallback, StudyDriver, StudySearcher, train_on_worker
 from orchestrator.export import study_table, write_table
 from orchestrator.progress import PhaseProgress, say
-from orchestrator.report import front_note
+from orchestrator.report import dense_reference, front_note
 from orchestrator.storage import (
     StudyStore,
     check_objectives,
@@ -24,7 +24,6 @@ from orchestrator.storage import (
     fail_orphaned_trials,
     hold_lease,
     open_store,
-    read_frontier,
     refresh_frontier,
     study_exists,
 )
@@ -149,10 +148,11 @@ def package_versions() -> dict[str, str]:
 
 
 def _after_trial(store: StudyStore, study: optuna.Study, driver: StudyDriver, number: int) -> None:
-    refresh_frontier(store, study)
-    save_note(study, front_note(study))  # the dashboard's study note: the current front
-    trial = study.get_trials(deepcopy=False)[number]
-    front = len(read_frontier(store, study.study_name))
+    """After every trial: the frontier table, the dashboard's note, one progress line."""
+    front = refresh_frontier(store, study)
+    save_note(study, front_note(study))
+    trials = study.get_trials(deepcopy=False)
+    trial = trials[number]
     if trial.values:
         what = (
             f"COMPLETE  sparsity {trial.user_attrs['sparsity']:.2f}  "
@@ -160,10 +160,23 @@ def _after_trial(store: StudyStore, study: optuna.Study, driver: StudyDriver, nu
         )
     else:
         what = f"FAIL  {trial.user_attrs.get('error', '')}"
+    counts = f"complete {driver.n_complete}/{driver.n_trials}, running {len(driver.live)}"
     say(
-        f"trial {number}: {what}  | complete {driver.n_complete}/{driver.n_trials}, "
-        f"running {len(driver.live)}, failed {driver.n_failed}, front {front}"
+        f"trial {number}: {what}  | {counts}, failed {driver.n_failed}, front {len(front)}"
+        f"{_best_so_far(trials, front)}"
     )
+
+
+def _best_so_far(trials: list, front: list[dict]) -> str:
+    """The smallest model on the front within 2% of the dense control's perplexity."""
+    dense = dense_reference(trials)
+    if dense is None:
+        return ""
+    close = [r for r in front if r["val_perplexity"] <= 1.02 * dense[0]]
+    if not close:
+        return ""
+    best = min(close, key=lambda r: r["n_params"])
+    return f", smallest within 2% of dense: {best['n_params']:,} params (trial {best['trial_number']})"
 
 
 def _search(cfg: StudyConfig, opts: RunOptions, driver: StudyDriver, setup: TrialSetup) -> None:
