@@ -24,6 +24,7 @@ from ray import tune
 from ray.tune import Callback
 from ray.tune.search import Searcher
 
+from orchestrator.progress import say
 from orchestrator.search_space import SearchSpace
 from orchestrator.storage import OBJECTIVES
 from trainers.hparams import TrialHParams
@@ -104,6 +105,8 @@ class StudyDriver:
         trial.set_user_attr("model_dir", str(model_dir))
         self.live[tune_trial_id] = trial
         self.started[tune_trial_id] = time.time()
+        target = f" sparsity {hparams['sparsity']:.2f}" if "sparsity" in hparams else ""
+        say(f"trial {trial.number}: started  {hparams['method']}{target}")
         # A retry of a trial whose driver died resumes from that trial's checkpoint, if it left one.
         retry_of = trial.user_attrs.get("retry_of")
         resume = [str(model_dir)] + ([str(self.models_dir / str(retry_of))] if retry_of is not None else [])

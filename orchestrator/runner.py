@@ -153,6 +153,8 @@ def _after_trial(store: StudyStore, study: optuna.Study, driver: StudyDriver, nu
     save_note(study, front_note(study))
     trials = study.get_trials(deepcopy=False)
     trial = trials[number]
+    if trial.values and trial.user_attrs.get("dense_control"):
+        study.set_user_attr("dense_control_perplexity", trial.values[0])
     if trial.values:
         what = (
             f"COMPLETE  sparsity {trial.user_attrs['sparsity']:.2f}  "
@@ -188,7 +190,9 @@ def _search(cfg: StudyConfig, opts: RunOptions, driver: StudyDriver, setup: Tria
     cpus = cfg.study.cpus_per_trial
     local = {} if opts.ray_address else {"num_cpus": max(1, math.ceil(cpus * opts.max_concurrent))}
     ray.init(
-        address=opts.ray_address,
+        # "local": a fresh instance of our own, never whatever cluster `ray start` left recorded
+        # in /tmp/ray; joining a cluster is what --ray-address / RAY_ADDRESS is for.
+        address=opts.ray_address or "local",
         include_dashboard=False,
         log_to_driver=False,
         configure_logging=True,

@@ -27,12 +27,47 @@ def launch(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedP
     )
 
 
+def cli_in_process(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """The CLI's ``main`` in this process (no interpreter start-up): for the many quick error
+    cases. Argument errors exit through SystemExit like the console script does."""
+    import io
+    from contextlib import chdir, redirect_stderr, redirect_stdout
+
+    from orchestrator.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with chdir(cwd), redirect_stdout(out), redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exit_:
+            code = exit_.code
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
 def ray_processes() -> set[int]:
     """Ray's own processes: the cluster, its agents and workers (named ray::...)."""
     out = subprocess.run(
         ["pgrep", "-f", "raylet|gcs_server|ray::|ray/dashboard|ray/_private"], capture_output=True, text=True
     ).stdout
     return {int(p) for p in out.split()} - {os.getpid()}
+
+
+def leftover_ray_processes(before: set[int], grace_seconds: float = 15.0) -> dict[int, str]:
+    """Ray processes that appeared since ``before`` and are still there after a grace period
+    (ray.shutdown() returns before every helper has exited): {pid: command line}."""
+    import time
+
+    deadline = time.time() + grace_seconds
+    while True:
+        new = ray_processes() - before
+        if not new or time.time() > deadline:
+            break
+        time.sleep(0.25)
+    found = {}
+    for pid in new:
+        with contextlib.suppress(OSError):
+            found[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+    return found
 
 
 def kill_new_ray_processes(before: set[int]) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from helpers import REPO, SMOKE, launch
+from helpers import REPO, SMOKE, cli_in_process, launch
 
 SHIPPED_CORPUS = REPO / "studies" / "data" / "tinyshakespeare.txt"
 
@@ -63,6 +63,8 @@ CASES = {
     "heads do not divide width": ({"d_model = 32": "d_model = 30"}, [], ["d_model 30", "n_head 4"]),
     "missing corpus": ({}, [], ["corpus file not found"]),
     "corpus shorter than a block": ({}, [], ["fewer than one block"]),
+    "empty corpus": ({}, [], ["corpus file is empty"]),
+    "corpus not utf-8": ({}, [], ["not UTF-8"]),
     "bad override": (None, ["--set", "nodot=3"], ["--set", "section.key"]),
     "zero n-trials flag": (None, ["--n-trials", "0"], ["--n-trials must be at least 1"]),
     "unreachable database": (
@@ -74,6 +76,13 @@ CASES = {
 }
 
 
+CORPORA = {
+    "corpus shorter than a block": b"to be or not to be",
+    "empty corpus": b"",
+    "corpus not utf-8": b"\xff\xfe" + b"x" * 5000,
+}
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_input_is_one_clear_line_and_writes_nothing(case, tmp_path):
     edit, extra, fragments = CASES[case]
@@ -82,15 +91,15 @@ def test_bad_input_is_one_clear_line_and_writes_nothing(case, tmp_path):
     elif case == "missing corpus":
         path = study_file(tmp_path)
         path.write_text(path.read_text().replace(str(SHIPPED_CORPUS), str(tmp_path / "missing.txt")))
-    elif case == "corpus shorter than a block":
-        (tmp_path / "tiny.txt").write_text("to be or not to be")
+    elif case in CORPORA:
+        (tmp_path / "corpus.txt").write_bytes(CORPORA[case])
         path = study_file(tmp_path)
-        path.write_text(path.read_text().replace(str(SHIPPED_CORPUS), str(tmp_path / "tiny.txt")))
+        path.write_text(path.read_text().replace(str(SHIPPED_CORPUS), str(tmp_path / "corpus.txt")))
     elif isinstance(edit, str):
         path = study_file(tmp_path, text=edit)
     else:
         path = study_file(tmp_path, **(edit or {}))
-    run = launch("run", str(path), *extra, cwd=tmp_path)
+    run = cli_in_process("run", str(path), *extra, cwd=tmp_path)
     assert_user_error(run, *fragments)
     assert not (tmp_path / "runs").exists()  # no database, no artifacts
 
@@ -99,7 +108,7 @@ def test_existing_study_with_other_objectives_is_refused_untouched(tmp_path):
     url = f"sqlite:///{tmp_path}/other.db"
     other = optuna.create_study(study_name="smoke", storage=url, directions=["maximize"])
     other.add_trial(optuna.trial.create_trial(value=1.0))
-    run = launch("run", str(study_file(tmp_path)), "--storage", url, cwd=tmp_path)
+    run = cli_in_process("run", str(study_file(tmp_path)), "--storage", url, cwd=tmp_path)
     assert_user_error(run, "already exists", "other objectives")
     reloaded = optuna.load_study(study_name="smoke", storage=url)
     assert len(reloaded.trials) == 1 and reloaded.user_attrs == {}
@@ -110,3 +119,10 @@ def test_export_of_a_missing_study_is_a_user_error(tmp_path):
     optuna.create_study(study_name="there", storage=url)
     run = launch("export", "--storage", url, "--study-name", "absent", cwd=tmp_path)
     assert_user_error(run, "no study named 'absent'")
+
+
+def test_the_console_script_reports_a_mistake_the_same_way(tmp_path):
+    """One case through the installed ``launch-study`` executable, as a user runs it."""
+    run = launch("run", str(tmp_path / "nope.toml"), cwd=tmp_path)
+    assert_user_error(run, "study file not found")
+    assert not (tmp_path / "runs").exists()

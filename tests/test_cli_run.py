@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 import struct
 import subprocess
+import time
+import urllib.request
 from wsgiref.util import setup_testing_defaults
 
 import optuna
@@ -20,6 +23,7 @@ from helpers import (
     heads,
     hparams,
     launch,
+    leftover_ray_processes,
     ray_processes,
 )
 
@@ -40,7 +44,7 @@ def smoke(tmp_path_factory):
     before = ray_processes()
     first = launch("run", str(SMOKE), cwd=work)
     second = launch("run", str(SMOKE), "--n-trials", "4", cwd=work)
-    after = ray_processes()
+    leftover = leftover_ray_processes(before)
     store = open_store(f"sqlite:///{work}/runs/smoke.db")
     study = optuna.load_study(study_name="smoke", storage=store.storage)
     vocab = CharCorpus.load(SMOKE.parent / "data" / "tinyshakespeare.txt", block_size=32).vocab_size
@@ -51,7 +55,7 @@ def smoke(tmp_path_factory):
         "second": second,
         "store": store,
         "study": study,
-        "leftover": after - before,
+        "leftover": leftover,
     }
 
 
@@ -141,7 +145,7 @@ def test_export_command_writes_the_same_csv(smoke, tmp_path):
 
 
 def test_no_ray_process_is_left_behind(smoke):
-    assert smoke["leftover"] == set()
+    assert smoke["leftover"] == {}
 
 
 # --- Looking at the finished study -----------------------------------------------------------
@@ -296,3 +300,29 @@ def test_optuna_cli_reads_the_same_study(smoke):
     )
     assert run.returncode == 0, run.stderr
     assert len(json.loads(run.stdout)) == 4
+
+
+def test_dashboard_command_serves_the_study_on_localhost_and_stops(smoke, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [str(LAUNCH_STUDY), "dashboard", "--storage", smoke_url(smoke), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline, body = time.time() + 60, None
+        while body is None and time.time() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies", timeout=5) as response:
+                    body = json.loads(response.read())
+            except OSError:
+                time.sleep(0.3)
+        assert body is not None, "the dashboard did not answer"
+        assert [s["study_name"] for s in body["study_summaries"]] == ["smoke"]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert server.returncode is not None

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from helpers import LAUNCH_STUDY, SMOKE, kill_new_ray_processes, ray_processes
+from helpers import LAUNCH_STUDY, SMOKE, kill_new_ray_processes, leftover_ray_processes, ray_processes
 from optuna.trial import TrialState
 
 pytestmark = pytest.mark.slow
@@ -34,6 +34,8 @@ def test_trials_land_on_both_nodes_of_an_existing_cluster(tmp_path):
     port = free_port()
     address = f"127.0.0.1:{port}"
     before = ray_processes()
+    marker = Path("/tmp/ray/ray_current_cluster")  # `ray start` records its cluster here
+    had_marker = marker.exists()
     try:
         head = subprocess.run(
             [
@@ -87,8 +89,10 @@ def test_trials_land_on_both_nodes_of_an_existing_cluster(tmp_path):
         assert run.returncode == 0, run.stderr[-3000:]
     finally:
         kill_new_ray_processes(before)
+        if not had_marker:
+            marker.unlink(missing_ok=True)
     study = optuna.load_study(study_name="smoke", storage=url)
     complete = study.get_trials(states=(TrialState.COMPLETE,))
     assert len(complete) == 6
     assert len({t.user_attrs["node_id"] for t in complete}) == 2
-    assert ray_processes() - before == set()
+    assert leftover_ray_processes(before) == {}

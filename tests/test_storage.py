@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import optuna
 import pytest
 import sqlalchemy as sa
-from helpers import SMOKE, expected_front, frontier_triples, launch, ray_processes
+from helpers import SMOKE, expected_front, frontier_triples, launch, leftover_ray_processes, ray_processes
 from sqlalchemy.orm import Session
 
 from orchestrator.errors import UserError
@@ -32,10 +32,13 @@ from orchestrator.storage import (
 POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+MYSQL = "mysql+pymysql://root@127.0.0.1:3306/test"
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "mysql"])
 def store(request, tmp_path):
-    url = f"sqlite:///{tmp_path}/s.db" if request.param == "sqlite" else POSTGRES
-    return open_store(url)
+    urls = {"sqlite": f"sqlite:///{tmp_path}/s.db", "postgresql": POSTGRES, "mysql": MYSQL}
+    return open_store(urls[request.param])
 
 
 @pytest.fixture
@@ -113,7 +116,7 @@ def test_smoke_study_on_postgresql_keeps_the_password_out_of_files_and_logs(tmp_
     try:
         run = launch("run", str(SMOKE), "--storage", url, "--study-name", name, cwd=tmp_path)
         assert run.returncode == 0, run.stderr[-3000:]
-        assert ray_processes() - before == set()
+        assert leftover_ray_processes(before) == {}
         store = open_store(POSTGRES)
         study = optuna.load_study(study_name=name, storage=store.storage)
         assert len(study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))) == 3
