@@ -233,6 +233,26 @@ def _utc(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+def _lease_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _died_here(owner: str) -> bool:
+    """True when the owner was a driver on this machine whose process is gone: its lease need
+    not be waited out (a driver restarted after a crash takes over at once)."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, someone else's
+        return False
+    return False
+
+
 def acquire_lease(store: StudyStore, study_name: str, owner: str, ttl_seconds: float) -> str | None:
     """Take the study's lease; returns the previous owner when an expired lease was taken over.
     Raises UserError while another driver's heartbeat is fresh."""
@@ -244,7 +264,7 @@ def acquire_lease(store: StudyStore, study_name: str, owner: str, ttl_seconds: f
                 session.add(StudyLease(study_name=study_name, owner=owner, heartbeat_at=now))
                 return None
             age = (now - _utc(lease.heartbeat_at)).total_seconds()
-            if lease.owner != owner and age < ttl_seconds:
+            if lease.owner != owner and age < ttl_seconds and not _died_here(lease.owner):
                 raise UserError(
                     f"study {study_name!r} is being run by another driver ({lease.owner}, heartbeat "
                     f"{age:.0f}s ago); wait for it, or for its lease to expire ({ttl_seconds:.0f}s after "
@@ -278,7 +298,7 @@ def release_lease(store: StudyStore, study_name: str, owner: str) -> None:
 def hold_lease(store: StudyStore, study_name: str, ttl_seconds: float) -> Iterator[str | None]:
     """Hold the study's lease for the block, renewing it from a thread every ttl/3 seconds.
     Yields the owner of an expired lease that was taken over, if any."""
-    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    owner = _lease_owner()
     previous = acquire_lease(store, study_name, owner, ttl_seconds)
     stop = threading.Event()
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
+import subprocess
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -175,3 +178,22 @@ def test_hold_lease_renews_from_a_thread_and_releases(store):
             acquire_lease(store, name, "intruder", ttl_seconds=1.5)
     with Session(store.engine) as session:
         assert session.get(StudyLease, name) is None
+
+
+def test_the_lease_of_a_dead_driver_on_this_machine_is_taken_over_at_once(store):
+    name = f"lease-{uuid.uuid4().hex[:8]}"
+    finished = subprocess.Popen(["true"])
+    finished.wait()  # reaped: its process id is no longer alive
+    dead = f"{socket.gethostname()}:{finished.pid}:x"
+    acquire_lease(store, name, dead, ttl_seconds=600)
+    assert acquire_lease(store, name, "driver-b", ttl_seconds=600) == dead
+    release_lease(store, name, "driver-b")
+
+
+def test_the_lease_of_a_live_driver_on_this_machine_is_respected(store):
+    name = f"lease-{uuid.uuid4().hex[:8]}"
+    alive = f"{socket.gethostname()}:{os.getpid()}:x"
+    acquire_lease(store, name, alive, ttl_seconds=600)
+    with pytest.raises(UserError, match="another driver"):
+        acquire_lease(store, name, "driver-b", ttl_seconds=600)
+    release_lease(store, name, alive)
