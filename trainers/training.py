@@ -39,7 +39,6 @@ def fit(
     generator: torch.Generator,
     warmup_steps: int = 0,
     weight_decay: float = 0.01,
-    head_gates: list[torch.Tensor] | None = None,
     loss_fn: Callable | None = None,
     progress: Progress | None = None,
     phase: str = "train",
@@ -48,7 +47,6 @@ def fit(
     the last loss."""
     device = next(model.parameters()).device
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=weight_decay)
-    gates = None if head_gates is None else [g.to(device) for g in head_gates]
     model.train()
     loss_value = float("nan")
     for step in range(steps):
@@ -56,7 +54,7 @@ def fit(
             group["lr"] = cosine_lr(step, steps, lr, warmup_steps)
         x, y = random_batch(tokens, batch_size, model.cfg.block_size, generator)
         x, y = x.to(device), y.to(device)
-        loss = loss_fn(model, x, y, gates) if loss_fn else model.loss(x, y, gates)
+        loss = loss_fn(model, x, y, None) if loss_fn else model.loss(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
