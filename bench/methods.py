@@ -1,6 +1,6 @@
 """Every pruning method at equal budgets from the same dense checkpoint, for both model families.
 
-    python -m bench.methods                      # the full table (about 35 minutes on 2 cores)
+    python -m bench.methods                      # the full table (about 45 minutes on 2 cores)
     python -m bench.methods --quick              # a minute: tiny budgets, to check it runs
 
 Prints one table per family (val perplexity relative to the dense control, lower is better) and
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -26,10 +27,13 @@ REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "studies" / "data" / "tinyshakespeare.txt"
 
 # name -> the hyperparameters that make it (on top of the shared ones)
+FROZEN = {"freeze_weights": True, "gate_lr_mult": 50.0}  # gates alone on the dense model, lr 0.05
 METHODS: dict[str, dict] = {
     "l0_target": {"method": "l0_target"},
     "l0_target+distill": {"method": "l0_target", "distill": True},
-    "topk": {"method": "topk"},
+    "l0_target frozen": {"method": "l0_target", **FROZEN},
+    "l0_target frozen+distill": {"method": "l0_target", "distill": True, **FROZEN},
+    "topk frozen+distill": {"method": "topk", "distill": True, **FROZEN},
     "importance": {"method": "importance"},
     "random": {"method": "random"},
 }
@@ -40,8 +44,9 @@ def main() -> None:
     parser.add_argument("--families", default="gpt,all_attention")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--sparsities", default="0.25,0.5,0.75")
-    parser.add_argument("--prune-steps", type=int, default=250)
-    parser.add_argument("--finetune-steps", type=int, default=150)
+    parser.add_argument("--seeds", type=int, default=1, help="seeds per cell (batches, random draws)")
+    parser.add_argument("--prune-steps", type=int, default=100)
+    parser.add_argument("--finetune-steps", type=int, default=300)
     parser.add_argument("--pretrain-steps", type=int, default=1500)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--artifacts", type=Path, default=REPO / "runs" / "artifacts")
@@ -50,55 +55,60 @@ def main() -> None:
     if args.quick:
         args.prune_steps, args.finetune_steps, args.pretrain_steps = 10, 5, 20
 
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     corpus = CharCorpus.load(CORPUS, block_size=128)
     budget = TrialBudget(
         prune_steps=args.prune_steps, finetune_steps=args.finetune_steps, batch_size=32, eval_tokens=32768
     )
     sparsities = [float(s) for s in args.sparsities.split(",")]
     methods = args.methods.split(",")
+    seeds = range(args.seeds)
     report: dict = {"budget": budget.__dict__, "threads": torch.get_num_threads(), "families": {}}
     for family in args.families.split(","):
         cfg = ModelConfig(vocab_size=corpus.vocab_size, family=family)
         dense = ensure_dense_checkpoint(
             corpus, cfg, PretrainConfig(steps=args.pretrain_steps), args.artifacts, eval_tokens=32768
         )
-        setup = TrialSetup(corpus, dense, budget, seed=0)
+        setups = [TrialSetup(corpus, dense, budget, seed=seed) for seed in seeds]
         start = time.perf_counter()
-        control = run_trial(setup, TrialHParams(method="dense", sparsity=0.0, lr=args.lr))
+        control = statistics.mean(
+            run_trial(setup, TrialHParams(method="dense", sparsity=0.0, lr=args.lr)).val_perplexity
+            for setup in setups
+        )
         rows: dict[str, dict[float, dict]] = {}
         for name in methods:
             rows[name] = {}
             for s in sparsities:
-                result = run_trial(setup, TrialHParams(**{"sparsity": s, "lr": args.lr, **METHODS[name]}))
+                hp = TrialHParams(**{"sparsity": s, "lr": args.lr, **METHODS[name]})
+                results = [run_trial(setup, hp) for setup in setups]
+                ppl = [r.val_perplexity for r in results]
                 rows[name][s] = {
-                    "ppl": result.val_perplexity,
-                    "ratio": result.val_perplexity / control.val_perplexity,
-                    "heads_per_layer": result.heads_per_layer,
-                    "seconds": sum(result.phase_seconds.values()),
+                    "ppl": statistics.mean(ppl),
+                    "ppl_per_seed": ppl,
+                    "ratio": statistics.mean(ppl) / control,
+                    "heads_per_layer": [r.heads_per_layer for r in results],
+                    "seconds": statistics.mean(sum(r.phase_seconds.values()) for r in results),
                 }
-                print(
-                    f"  {family} {name} {s}: ppl {result.val_perplexity:.3f} heads {result.heads_per_layer}",
-                    flush=True,
-                )
+                print(f"  {family} {name} {s}: ppl {[round(p, 3) for p in ppl]}", flush=True)
         report["families"][family] = {
             "dense_pretrained_ppl": dense.val_perplexity,
-            "dense_control_ppl": control.val_perplexity,
-            "n_params_dense": control.n_params,
+            "dense_control_ppl": control,
             "rows": rows,
             "minutes": (time.perf_counter() - start) / 60,
         }
-        print_table(family, control.val_perplexity, rows, sparsities)
+        print_table(family, control, rows, sparsities, len(seeds))
     print(json.dumps(report))
 
 
-def print_table(family: str, control: float, rows: dict, sparsities: list[float]) -> None:
-    print(f"\n{family}: val perplexity / dense control ({control:.3f}); lower is better")
-    print(f"| method | {' | '.join(f'{s:.2f} removed' for s in sparsities)} |")
-    print(f"| --- | {' | '.join('---' for _ in sparsities)} |")
+def print_table(family: str, control: float, rows: dict, sparsities: list[float], n_seeds: int) -> None:
+    print(
+        f"\n{family}: val ppl / dense control ({control:.3f}), mean of {n_seeds} seed(s), lower is better"
+    )
+    print(f"| method | {' | '.join(f'{s:.2f} removed' for s in sparsities)} | s per trial |")
+    print(f"| --- | {' | '.join('---' for _ in sparsities)} | --- |")
     for name, by_sparsity in rows.items():
         cells = [f"{by_sparsity[s]['ratio']:.3f} ({by_sparsity[s]['ppl']:.2f})" for s in sparsities]
-        print(f"| {name} | {' | '.join(cells)} |")
+        seconds = statistics.mean(by_sparsity[s]["seconds"] for s in sparsities)
+        print(f"| {name} | {' | '.join(cells)} | {seconds:.0f} |")
     print(flush=True)
 
 

@@ -74,6 +74,30 @@ def test_l0_penalty_sparsity_follows_lambda(setup):
     assert min(strong.heads_per_layer) >= 1
 
 
+@pytest.mark.parametrize("method", ["l0_target", "topk"])
+def test_frozen_weights_leave_the_model_alone_and_give_fine_tuning_every_step(setup, method):
+    model = load_dense(setup.dense, torch.device("cpu"))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    hp = TrialHParams(method=method, sparsity=0.5, freeze_weights=True, gate_lr_mult=100.0)
+    outcome = prune(
+        model, setup.corpus.train, hp, steps=12, batch_size=8, generator=torch.Generator().manual_seed(0)
+    )
+    assert outcome.trained_steps == 0
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(p.requires_grad for p in model.parameters())  # fine-tuning can train it again
+    assert sum(len(k) for k in outcome.keep) == 6
+    joint = prune(
+        model,
+        setup.corpus.train,
+        TrialHParams(method=method, sparsity=0.5),
+        steps=12,
+        batch_size=8,
+        generator=torch.Generator().manual_seed(0),
+    )
+    assert joint.trained_steps == 12
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
 def test_dense_method_removes_nothing(setup):
     result = run_trial(setup, TrialHParams(method="dense", sparsity=0.0))
     assert result.heads_per_layer == [4, 4, 4] and result.sparsity == 0.0

@@ -70,6 +70,9 @@ class TrialHParams:
     gate_init: float = bounded(2.0, methods=HARD_CONCRETE, doc="initial log_alpha (Shim: 2.0)")
     beta: float = bounded(1.0 / 3.0, 0.0, methods=HARD_CONCRETE, doc="hard-concrete temperature")
     hard_gates: bool = bounded(True, methods=HARD_CONCRETE, doc="straight-through 0/1 gates (Shim)")
+    freeze_weights: bool = bounded(
+        False, methods=GATE_METHODS, doc="gates choose with weights frozen; fine-tuning gets every step"
+    )
     output_scaling: bool = bounded(False, methods=GATE_METHODS, doc="rescale surviving heads (Shim)")
     schedule_start: float = bounded(0.0, 0.0, 1.0, methods=GATE_METHODS, doc="phase before any pressure")
     schedule_warmup: float = bounded(0.5, 0.0, 1.0, methods=GATE_METHODS, doc="phase over which it rises")

@@ -1,8 +1,9 @@
 """Pruning methods: each takes the dense model and returns the heads to keep per layer.
 
 Gate methods (``l0_target``, ``l0_penalty``, ``topk``) train gates and weights together, so the
-model leaves the pruning phase adapted to its mask; ``importance`` and ``random`` only choose, so
-their fine-tuning gets the pruning phase's steps too (equal training budgets for every method).
+model leaves the pruning phase adapted to its mask, or, with ``freeze_weights``, train the gates
+alone on the dense model. Methods that train no weights while choosing (``importance``, ``random``,
+frozen gates) give the pruning phase's steps to the fine-tuning: equal weight-training budgets.
 Section numbers refer to ``methods.md``.
 """
 
@@ -168,18 +169,25 @@ def train_gates(
     loss_fn: LossFn,
     progress: Progress | None,
 ) -> None:
-    """Gates and weights trained together; pressure follows the gate schedule (section 5)."""
+    """Gates and weights trained together (Shim et al.), or gates alone with ``freeze_weights``;
+    pressure follows the gate schedule (section 5)."""
     device = next(model.parameters()).device
     heads = list(model.cfg.layer_heads)
     gater.to(device).train()
-    model.train()
-    opt_weights = torch.optim.AdamW(model.parameters(), lr=hp.lr, betas=(0.9, 0.99), weight_decay=0.01)
     # Gates: a larger learning rate and no weight decay (Shim et al.).
-    optimizers = [opt_weights, torch.optim.Adam(gater.gate_parameters(), lr=hp.lr * hp.gate_lr_mult)]
+    optimizers = [torch.optim.Adam(gater.gate_parameters(), lr=hp.lr * hp.gate_lr_mult)]
     optimizers += gater.extra_optimizers()
+    opt_weights = None
+    if hp.freeze_weights:
+        model.eval().requires_grad_(False)  # the gates judge the model as it is
+    else:
+        model.train()
+        opt_weights = torch.optim.AdamW(model.parameters(), lr=hp.lr, betas=(0.9, 0.99), weight_decay=0.01)
+        optimizers.append(opt_weights)
     for step in range(steps):
-        for group in opt_weights.param_groups:
-            group["lr"] = cosine_lr(step, steps, hp.lr, warmup=0)
+        if opt_weights is not None:
+            for group in opt_weights.param_groups:
+                group["lr"] = cosine_lr(step, steps, hp.lr, warmup=0)
         pressure = ramp(
             step / steps, start=hp.schedule_start, warmup=hp.schedule_warmup, shape=hp.schedule_shape
         )
@@ -189,14 +197,18 @@ def train_gates(
         x, y = random_batch(tokens, batch_size, model.cfg.block_size, generator)
         task = loss_fn(model, x.to(device), y.to(device), gates)
         loss = task + gater.penalty(pressure)
+        if not loss.requires_grad:  # weights frozen and every gate held open: nothing to learn yet
+            continue
         for opt in optimizers:
             opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if opt_weights is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         for opt in optimizers:
             opt.step()
         if progress and (step % 50 == 0 or step == steps - 1):
             progress("prune", step + 1, steps, task.item())
+    model.requires_grad_(True).train()
 
 
 # --- Choosing without training: Michel et al. and the random floor ---------------------------
@@ -307,4 +319,4 @@ def prune(
     scale = None
     if hp.output_scaling:
         scale = [min(float(n), n / max(1, len(k))) for k, n in zip(keep, heads)]
-    return PruneOutcome(keep, scale, trained_steps=steps)
+    return PruneOutcome(keep, scale, trained_steps=0 if hp.freeze_weights else steps)

@@ -77,6 +77,18 @@ class Attention(nn.Module):
             self.persistent_k = nn.Parameter(torch.randn(n_head, n, self.d_head) / math.sqrt(self.d_head))
             self.persistent_v = nn.Parameter(torch.randn(n_head, n, self.d_head) / math.sqrt(n))
         self.dropout = cfg.dropout
+        self._masks: dict[tuple, torch.Tensor] = {}
+
+    def _mask(self, T: int, like: torch.Tensor) -> torch.Tensor:
+        """Additive mask over [context ; persistent] (0 where a position may attend, -inf where
+        not), built once per length and dtype: a boolean mask costs two ``where`` per call."""
+        key = (T, like.device, like.dtype)
+        if key not in self._masks:
+            allowed = torch.ones(T, T + self.n_persistent, dtype=torch.bool, device=like.device)
+            allowed[:, :T] = torch.ones(T, T, dtype=torch.bool, device=like.device).tril()
+            mask = torch.zeros(allowed.shape, dtype=like.dtype, device=like.device)
+            self._masks = {key: mask.masked_fill(~allowed, float("-inf"))}  # one length at a time
+        return self._masks[key]
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor | None = None) -> torch.Tensor:
         B, T, _ = x.shape
@@ -90,14 +102,16 @@ class Attention(nn.Module):
             pk = (self.persistent_k * math.sqrt(self.d_head)).unsqueeze(0).expand(B, -1, -1, -1)
             pv = (self.persistent_v * math.sqrt(self.n_persistent)).unsqueeze(0).expand(B, -1, -1, -1)
             k, v = torch.cat([k, pk], dim=2), torch.cat([v, pv], dim=2)
-            mask = torch.ones(T, T + self.n_persistent, dtype=torch.bool, device=x.device)
-            mask[:, :T] = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=self._mask(T, q), dropout_p=p)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)
-        if gate is not None:  # (n_head,): z_h multiplies head h before concatenation
-            y = y * gate.view(1, -1, 1, 1)
-        return self.proj(y.transpose(1, 2).reshape(B, T, self.n_head * self.d_head))
+        y = y.transpose(1, 2).reshape(B, T, self.n_head * self.d_head)
+        if gate is None:
+            return self.proj(y)
+        # z_h multiplies head h before the projection. Scaling W_O's columns instead of the
+        # activations is the same product and touches d_model x inner numbers, not B x T x inner.
+        weight = self.proj.weight * gate.repeat_interleave(self.d_head).to(self.proj.weight.dtype)
+        return F.linear(y, weight, self.proj.bias)
 
 
 class MLP(nn.Module):
