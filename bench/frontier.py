@@ -17,6 +17,7 @@ hypervolume beats both sweeps; at 50% removed, within 2% of the dense control.
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -76,6 +77,17 @@ def sweep_arm(method: str, setup: TrialSetup, sparsities: list[float]) -> list[d
     return points
 
 
+def earlier_sweeps(path: Path, trials: int, dense: tuple[float, int]) -> dict[str, list[dict]]:
+    lines = [line for line in path.read_text().splitlines() if line.startswith('{"bench": "frontier"')]
+    if not lines:
+        raise SystemExit(f"{path}: no frontier JSON line")
+    earlier = json.loads(lines[-1])
+    if earlier["trials"] != trials or tuple(earlier["dense"]) != dense:
+        raise SystemExit(f"{path}: another budget (trials {earlier['trials']}, dense {earlier['dense']})")
+    print(f"sweeps reused from {path}")
+    return {method: earlier["arms"][method] for method in SWEEPS}
+
+
 def summarise(points: list[dict], dense: tuple[float, int]) -> dict:
     def best_from(removed: float) -> float | None:
         ppl = [p["ppl"] for p in points if p["sparsity"] >= removed - 1e-9]
@@ -93,6 +105,12 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=8, help="trials per arm, the dense control included")
     parser.add_argument("--set", action="append", default=[], help="a study-file override, as the CLI's")
     parser.add_argument("--artifacts", type=Path, default=REPO / "runs" / "artifacts")
+    parser.add_argument(
+        "--sweeps-from",
+        type=Path,
+        help="reuse the sweeps of an earlier run's output (its JSON line): they do not depend on the "
+        "searched arm; refused unless its dense control is this run's to the last digit",
+    )
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     cfg = load_study_config(
@@ -115,7 +133,11 @@ def main() -> None:
     sparsity = cfg.raw["search"]["sparsity"]
     sparsities = [float(s) for s in np.linspace(sparsity["low"], sparsity["high"], args.trials - 1)]
     arms = {"searched": searched}
+    if args.sweeps_from:
+        arms.update(earlier_sweeps(args.sweeps_from, args.trials, dense))
     for method in SWEEPS:
+        if method in arms:
+            continue
         start = time.perf_counter()
         arms[method] = [dense_point, *sweep_arm(method, setup, sparsities)]
         minutes[method] = (time.perf_counter() - start) / 60

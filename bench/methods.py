@@ -100,9 +100,7 @@ def main() -> None:
 
 
 def print_table(family: str, control: float, rows: dict, sparsities: list[float], n_seeds: int) -> None:
-    print(
-        f"\n{family}: val ppl / dense control ({control:.3f}), mean of {n_seeds} seed(s), lower is better"
-    )
+    print(f"\n{family}: val ppl / dense control ({control:.3f}), mean of {n_seeds} seed(s), lower is better")
     print(f"| method | {' | '.join(f'{s:.2f} removed' for s in sparsities)} | s per trial |")
     print(f"| --- | {' | '.join('---' for _ in sparsities)} | --- |")
     for name, by_sparsity in rows.items():

@@ -75,9 +75,11 @@ class StudyDriver:
         max_failed: int,
         models_dir: Path,
         on_finished: Callable[[int], None],
+        spread_trials: int = 0,
     ) -> None:
         self.study, self.space = study, space
         self.n_trials, self.max_failed = n_trials, max_failed
+        self.spread_trials = spread_trials  # the first trials after the dense control spread sparsity
         self.on_finished = on_finished
         self.models_dir = models_dir  # <artifacts>/trials/<study>: one folder per trial number
         complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
@@ -92,6 +94,8 @@ class StudyDriver:
             return Searcher.FINISHED if not self.live else None
         if self.n_complete + len(self.live) >= self.n_trials:
             return None  # enough trials running to reach the budget: wait for them
+        if not self.dense_control_pending:
+            self._enqueue_spread()
         trial = self.study.ask()
         if self.dense_control_pending:
             # The study's first trial is the dense control: the same budget, nothing removed.
@@ -116,6 +120,17 @@ class StudyDriver:
             "model_dir": str(model_dir),
             "resume_dirs": resume,
         }
+
+    def _enqueue_spread(self) -> None:
+        """Start-up trials take their sparsity from an even spread of its range and the numbers
+        at their defaults (``SearchSpace.start_point``), so a short study's front spans the range."""
+        trials = self.study.get_trials(deepcopy=False)
+        if any(t.state == optuna.trial.TrialState.WAITING for t in trials):
+            return  # a retry asked for earlier goes first
+        index = sum(not t.user_attrs.get("dense_control") for t in trials)
+        point = self.space.start_point(index) if index < self.spread_trials else None
+        if point is not None:
+            self.study.enqueue_trial(point)
 
     def note_retry(self, tune_trial_id: str, error: Exception | None) -> None:
         trial = self.live.get(tune_trial_id)

@@ -70,9 +70,12 @@ def _sampler(cfg: StudyConfig, store: StudyStore, name: str) -> optuna.samplers.
     asked = 0
     if study_exists(store, name):
         asked = len(store.storage.get_all_trials(store.storage.get_study_id_from_name(name), deepcopy=False))
-    return optuna.samplers.TPESampler(
-        seed=cfg.study.seed + asked, n_startup_trials=min(10, cfg.study.n_trials // 2 + 1)
-    )
+    return optuna.samplers.TPESampler(seed=cfg.study.seed + asked, n_startup_trials=startup_trials(cfg))
+
+
+def startup_trials(cfg: StudyConfig) -> int:
+    """Trials the sampler draws at random before it models the results."""
+    return min(10, cfg.study.n_trials // 2 + 1)
 
 
 def run_study(cfg: StudyConfig, opts: RunOptions) -> RunSummary:
@@ -110,6 +113,7 @@ def _run_leased(
         max_failed=cfg.study.max_failed_trials,
         models_dir=opts.artifacts / "trials" / opts.study_name,
         on_finished=lambda number: _after_trial(store, study, driver, number),
+        spread_trials=startup_trials(cfg),
     )
     dense = None
     if driver.n_complete < opts.n_trials:

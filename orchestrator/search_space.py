@@ -100,6 +100,7 @@ class SearchSpace:
     entries: dict[str, Range | Choices | Fixed]
     # hyperparameter -> the methods it applies to (None: every method)
     applies_to: dict[str, tuple | None] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)  # the trainer's own values
 
     @classmethod
     def from_table(cls, where: str, table: Any, specs: dict[str, dict]) -> SearchSpace:
@@ -121,7 +122,7 @@ class SearchSpace:
         for name, spec in specs.items():
             entries.setdefault(name, Fixed(spec["default"]))
         applies = {name: spec.get("methods") for name, spec in specs.items()}
-        return cls(entries, applies)
+        return cls(entries, applies, {name: spec["default"] for name, spec in specs.items()})
 
     def suggest(self, trial: optuna.Trial, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
         """The value of every hyperparameter that applies to this trial's method (define-by-run);
@@ -138,6 +139,37 @@ class SearchSpace:
                 values[name] = entry.suggest(trial, name)
             # else: another method's knob, left out (not in the sampler's space, nor the record)
         return values
+
+    def spread(self, name: str, index: int) -> float | None:
+        """The ``index``-th of a sequence of values that cover ``name``'s range evenly at every
+        length: its high end first, then the middle, the quarters, ... (van der Corput, base 2).
+        A short study's first trials so span the whole range instead of a random cluster of it.
+        None when ``name`` is not a float range."""
+        entry = self.entries.get(name)
+        if not isinstance(entry, Range) or entry.integer or entry.log or entry.step:
+            return None
+        fraction, denominator, i = 0.0, 1.0, index
+        while i:
+            denominator *= 2
+            fraction += (i % 2) / denominator
+            i //= 2
+        return entry.high - (entry.high - entry.low) * fraction
+
+    def start_point(self, index: int) -> dict[str, Any] | None:
+        """Fixed values for the ``index``-th start-up trial: sparsity from the even spread, and
+        every searched number whose default lies in its range at that default (the papers'
+        values), so the first trials map the front with known-good settings; the sampler still
+        chooses the categorical knobs (the method). None when sparsity is not a float range."""
+        sparsity = self.spread("sparsity", index)
+        if sparsity is None:
+            return None
+        point = {"sparsity": sparsity}
+        for name, entry in self.entries.items():
+            default = self.defaults.get(name)
+            numeric = isinstance(entry, Range) and isinstance(default, (int, float))
+            if name != "sparsity" and numeric and entry.low <= default <= entry.high:
+                point[name] = default
+        return point
 
     def searched(self) -> list[str]:
         return [n for n, e in self.entries.items() if not isinstance(e, Fixed)]

@@ -98,6 +98,13 @@ def test_first_trial_is_the_dense_control(smoke):
     assert heads(first) == [4, 4]
 
 
+def test_start_up_trials_spread_the_sparsity_range_from_its_high_end(smoke):
+    # smoke.toml: sparsity in [0.25, 0.75], 3 trials -> 2 start-up trials after the dense control
+    trials = smoke["study"].get_trials()
+    assert [hparams(t)["sparsity"] for t in trials[1:3]] == [0.75, 0.5]
+    assert [t.params["sparsity"] for t in trials[1:3]] == [0.75, 0.5]  # recorded for the sampler
+
+
 def test_achieved_sparsity_is_the_target_to_the_nearest_head(smoke):
     for t in smoke["study"].get_trials(states=(optuna.trial.TrialState.COMPLETE,)):
         target = hparams(t)["sparsity"]

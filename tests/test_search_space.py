@@ -1,0 +1,46 @@
+"""The even spread of a range that a study's start-up trials take their sparsity from."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.search_space import Choices, Fixed, Range, SearchSpace
+
+
+def test_spread_starts_at_the_high_end_and_halves_the_gaps():
+    space = SearchSpace({"sparsity": Range(0.0, 0.8)})
+    values = [space.spread("sparsity", i) for i in range(8)]
+    assert values == pytest.approx([0.8, 0.4, 0.6, 0.2, 0.7, 0.3, 0.5, 0.1])
+
+
+def test_every_prefix_of_the_spread_covers_the_range():
+    space = SearchSpace({"sparsity": Range(0.05, 0.875)})
+    values = [space.spread("sparsity", i) for i in range(16)]
+    assert all(0.05 <= v <= 0.875 for v in values)
+    assert len(set(values)) == 16
+    for n in (2, 4, 8, 16):  # n points leave no gap wider than the range / (n / 2)
+        points = sorted([0.05, *values[:n]])
+        assert max(b - a for a, b in zip(points, points[1:])) <= 0.825 / (n / 2) + 1e-12
+
+
+@pytest.mark.parametrize(
+    "entry", [Fixed(0.5), Choices((0.25, 0.5)), Range(1e-4, 1e-2, log=True), Range(1, 4, integer=True)]
+)
+def test_no_spread_for_anything_but_a_linear_float_range(entry):
+    assert SearchSpace({"sparsity": entry}).spread("sparsity", 0) is None
+
+
+def test_start_points_fix_sparsity_and_the_searched_numbers_at_defaults_inside_their_range():
+    space = SearchSpace(
+        {
+            "sparsity": Range(0.0, 0.8),
+            "lr": Range(3e-4, 3e-3, log=True),
+            "gate_lr_mult": Range(20.0, 200.0),
+            "method": Choices(("l0_target", "random")),
+            "distill": Fixed(False),
+        },
+        defaults={"sparsity": 0.5, "lr": 1e-3, "gate_lr_mult": 10.0, "method": "l0_target", "distill": False},
+    )
+    assert space.start_point(0) == {"sparsity": 0.8, "lr": 1e-3}  # 10 is outside [20, 200]
+    assert space.start_point(1) == {"sparsity": 0.4, "lr": 1e-3}
+    assert SearchSpace({"sparsity": Fixed(0.5)}).start_point(0) is None
