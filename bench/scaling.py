@@ -33,6 +33,7 @@ FIXED = [
     "search.gate_lr_mult=100.0",
     "search.schedule_warmup=0.5",
     "search.distill=false",
+    "search.freeze_weights=false",
 ]
 
 
