@@ -130,8 +130,8 @@ def main() -> None:
     )
     torch.set_num_threads(max(1, int(cfg.study.cpus_per_trial)))
     setup = TrialSetup(corpus, checkpoint, cfg.budget, cfg.study.seed)
-    sparsity = cfg.raw["search"]["sparsity"]
-    sparsities = [float(s) for s in np.linspace(sparsity["low"], sparsity["high"], args.trials - 1)]
+    low, high = min(cfg.search.entries["sparsity"].values()), max(cfg.search.entries["sparsity"].values())
+    sparsities = [float(s) for s in np.linspace(low, high, args.trials - 1)]
     arms = {"searched": searched}
     if args.sweeps_from:
         arms.update(earlier_sweeps(args.sweeps_from, args.trials, dense))
