@@ -1,28 +1,41 @@
-"""The front of a searched study against single-method sweeps at the same trial budget.
+"""The default study's front against what a user would get without it, at equal compute.
 
-    python -m bench.frontier [--trials 8] [--set trial.finetune_steps=300 ...]
+    python -m bench.frontier --seeds 3 --budget-minutes 25 [--arms searched,random,...]
+                             [--set trial.finetune_steps=300 ...]
 
-Three arms from the same dense checkpoint and the same per-trial budget:
-- ``searched``: the default study (Ray Tune + Optuna, the method searched), ``--trials`` trials,
-  the first of which is the dense control;
-- ``importance`` and ``random`` sweeps: the same dense control plus ``--trials - 1`` trials at
-  sparsities evenly spread over the study's sparsity range, every other knob at its default.
+Every arm of one seed starts from the same dense checkpoint and spends the same budget of trial
+wall time (``--budget-minutes``, one trial at a time with the study's threads): it starts trials
+until the finished ones' time adds up to the budget, so the last one may run past it; the table
+shows what each arm used. The arms:
 
-For each front: the normalised hypervolume (perplexity / dense control, params / dense params,
-reference point (2, 1)), and the lowest perplexity relative to the dense control among its points
-with at least 50% and at least 75% of the heads removed. Targets (issue 7): the searched front's
-hypervolume beats both sweeps; at 50% removed, within 2% of the dense control.
+- ``searched``: the default study as ``launch-study run`` runs it (Ray Tune + Optuna, early
+  stopping as the study file says, the controlled dense control, the start-up spread);
+- ``random``, ``importance``: sweeps of one method at sparsities spread evenly over the study's
+  range (every prefix covers it), every other knob at its default;
+- ``l0_penalty``: Shim et al.'s recipe, a sweep over lambda (log-spread over [0.1, 10]), the
+  sparsity being what lambda gives;
+- ``plain_tune``: Ray Tune with its ``OptunaSearch`` (TPE on both objectives, seeded) over the
+  same search space, no early stopping, no dense control, no start-up spread: a user's own
+  search.
+
+Each seed also runs the dense control once (nothing sampled, as the study's trial 0); every
+arm's front is normalised by it: perplexity / dense, parameters / dense, reference point (2, 1).
+Per arm: the hypervolume, the best perplexity / dense among points with >= 50% and >= 75% of the
+heads removed, the trials finished and the configurations per CPU-hour. Targets (issue 11): the
+searched hypervolume beats every other arm on the mean and on at least 2 of 3 seeds; at 50%
+removed its best point is within 2% of the dense control, at 75% within 10%.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import math
+import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import optuna
 import torch
 
@@ -30,141 +43,271 @@ from bench.common import print_json, print_table
 from orchestrator.config import load_study_config
 from orchestrator.report import normalised_hypervolume
 from orchestrator.runner import RunOptions, prepare_inputs, run_study
+from orchestrator.search_space import Range, SearchSpace
 from trainers.hparams import TrialHParams
 from trainers.pretrain import ensure_dense_checkpoint
 from trainers.trial import TrialSetup, run_trial
 
 REPO = Path(__file__).resolve().parent.parent
-SWEEPS = ("importance", "random")
+STUDY = REPO / "studies" / "tinyshakespeare.toml"
+ARMS = ("searched", "random", "importance", "l0_penalty", "plain_tune")
+LAMBDA_RANGE = (0.1, 10.0)
 
 
-def searched_arm(cfg, trials: int, artifacts: Path) -> list[dict]:
+def point(result, seconds: float) -> dict:
+    return {
+        "method": result.method,
+        "sparsity": result.sparsity,
+        "ppl": result.val_perplexity,
+        "params": result.n_params,
+        "seconds": seconds,
+    }
+
+
+def timed_trial(setup: TrialSetup, hp: TrialHParams) -> dict:
+    start = time.perf_counter()
+    result = run_trial(setup, hp)
+    return point(result, time.perf_counter() - start)
+
+
+def searched_arm(cfg, seed: int, budget_s: float, artifacts: Path) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         opts = RunOptions(
             storage_url=f"sqlite:///{tmp}/study.db",
             study_name="frontier",
-            n_trials=trials,
-            max_concurrent=cfg.study.max_concurrent,
+            n_trials=100_000,  # the budget ends it
+            max_concurrent=1,
             artifacts=artifacts,
             output_csv=Path(tmp) / "front.csv",
+            trial_seconds_budget=budget_s,
         )
-        run_study(cfg, opts)
+        run_study(replace(cfg, study=replace(cfg.study, seed=seed)), opts)
         study = optuna.load_study(study_name="frontier", storage=opts.storage_url)
-        return [
-            {
-                "method": t.user_attrs["method"],
-                "sparsity": t.user_attrs["sparsity"],
-                "ppl": t.values[0],
-                "params": int(t.values[1]),
-            }
-            for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
-        ]
+        points = []
+        for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)):
+            if t.state == optuna.trial.TrialState.COMPLETE:
+                points.append(
+                    {
+                        "method": t.user_attrs["method"],
+                        "sparsity": t.user_attrs["sparsity"],
+                        "ppl": t.values[0],
+                        "params": int(t.values[1]),
+                        "seconds": t.user_attrs["wall_seconds"],
+                    }
+                )
+            else:  # stopped early: its compute counts, it has no final point
+                points.append({"method": "pruned", "seconds": t.user_attrs["wall_seconds"]})
+        return points
 
 
-def sweep_arm(method: str, setup: TrialSetup, sparsities: list[float]) -> list[dict]:
-    points = []
-    for s in sparsities:
-        result = run_trial(setup, TrialHParams(method=method, sparsity=s))
-        points.append(
-            {
-                "method": method,
-                "sparsity": result.sparsity,
-                "ppl": result.val_perplexity,
-                "params": result.n_params,
-            }
-        )
-        print(f"  {method} {s:.3f}: ppl {result.val_perplexity:.3f}", flush=True)
+def l0_penalty_at(index: int) -> TrialHParams:
+    """The ``index``-th lambda of an even spread of log(lambda) over LAMBDA_RANGE."""
+    log_range = SearchSpace({"x": Range(*(math.log(v) for v in LAMBDA_RANGE))})
+    return TrialHParams(method="l0_penalty", l0_lambda=math.exp(log_range.spread("x", index)))
+
+
+def sweep_arm(setup: TrialSetup, hparams_at, budget_s: float, dense: dict) -> list[dict]:
+    """Trials ``hparams_at(0), hparams_at(1), ...`` until the budget is spent; the dense
+    control's time counts, as the searched arm's own does."""
+    points, spent, index = [dense], dense["seconds"], 0
+    while spent < budget_s:
+        p = timed_trial(setup, hparams_at(index))
+        points.append(p)
+        spent += p["seconds"]
+        index += 1
+        line = f"    {p['method']} sparsity {p['sparsity']:.3f}: ppl {p['ppl']:.3f} ({spent:.0f}s)"
+        print(line, flush=True)
     return points
 
 
-def earlier_sweeps(path: Path, trials: int, dense: tuple[float, int]) -> dict[str, list[dict]]:
-    lines = [line for line in path.read_text().splitlines() if line.startswith('{"bench": "frontier"')]
-    if not lines:
-        raise SystemExit(f"{path}: no frontier JSON line")
-    earlier = json.loads(lines[-1])
-    if earlier["trials"] != trials or tuple(earlier["dense"]) != dense:
-        raise SystemExit(f"{path}: another budget (trials {earlier['trials']}, dense {earlier['dense']})")
-    print(f"sweeps reused from {path}")
-    return {method: earlier["arms"][method] for method in SWEEPS}
+def plain_tune_arm(cfg, setup: TrialSetup, seed: int, budget_s: float) -> list[dict]:
+    """Ray Tune + OptunaSearch, as a user would write it: TPE on both objectives."""
+    import ray
+    from ray import tune
+    from ray.tune.search.optuna import OptunaSearch
+
+    def space(trial: optuna.Trial) -> None:
+        cfg.search.suggest(trial)  # define-by-run: the study's own space and conditions
+
+    def trainable(config: dict) -> None:
+        torch.set_num_threads(max(1, int(cfg.study.cpus_per_trial)))
+        start = time.perf_counter()
+        result = run_trial(setup, TrialHParams(**{**cfg.search.control_point(), **config}))
+        tune.report(point(result, time.perf_counter() - start) | {"val_perplexity": result.val_perplexity})
+
+    class Budget(tune.stopper.Stopper):
+        def __init__(self) -> None:
+            self.spent = 0.0
+
+        def __call__(self, trial_id: str, result: dict) -> bool:
+            self.spent += result.get("seconds", 0.0)
+            return False
+
+        def stop_all(self) -> bool:
+            return self.spent >= budget_s
+
+    cpus = max(1, math.ceil(cfg.study.cpus_per_trial))
+    ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            searcher = OptunaSearch(
+                space,
+                metric=["val_perplexity", "params"],
+                mode=["min", "min"],
+                sampler=optuna.samplers.TPESampler(seed=seed),
+            )
+            results = tune.Tuner(
+                tune.with_resources(trainable, {"cpu": cfg.study.cpus_per_trial}),
+                tune_config=tune.TuneConfig(search_alg=searcher, num_samples=-1, max_concurrent_trials=1),
+                run_config=tune.RunConfig(storage_path=tmp, stop=Budget(), verbose=0),
+            ).fit()
+            return [
+                {k: r.metrics[k] for k in ("method", "sparsity", "ppl", "params", "seconds")}
+                for r in results
+                if r.metrics and "ppl" in r.metrics
+            ]
+    finally:
+        ray.shutdown()
 
 
-def summarise(points: list[dict], dense: tuple[float, int]) -> dict:
+def summarise(points: list[dict], dense: dict) -> dict:
+    finished = [p for p in points if "ppl" in p]
+
     def best_from(removed: float) -> float | None:
-        ppl = [p["ppl"] for p in points if p["sparsity"] >= removed - 1e-9]
-        return min(ppl) / dense[0] if ppl else None
+        ppl = [p["ppl"] for p in finished if p["sparsity"] >= removed - 1e-9]
+        return min(ppl) / dense["ppl"] if ppl else None
 
+    seconds = sum(p["seconds"] for p in points)
     return {
-        "hypervolume": normalised_hypervolume([(p["ppl"], p["params"]) for p in points], dense),
+        "hypervolume": normalised_hypervolume(
+            [(p["ppl"], p["params"]) for p in finished], (dense["ppl"], dense["params"])
+        ),
         "ppl_ratio_50": best_from(0.5),
         "ppl_ratio_75": best_from(0.75),
+        "trials": len(points),
+        "complete": len(finished),
+        "minutes": seconds / 60,
+        "trials_per_cpu_hour": len(points) / max(1e-9, seconds) * 3600,
     }
+
+
+def mean_and_range(values: list[float | None]) -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.4f}"
+    return f"{statistics.mean(values):.4f} [{min(values):.4f}, {max(values):.4f}]"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=8, help="trials per arm, the dense control included")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--budget-minutes", type=float, default=25.0, help="trial wall time per arm and seed")
+    parser.add_argument("--arms", default=",".join(ARMS))
     parser.add_argument("--set", action="append", default=[], help="a study-file override, as the CLI's")
     parser.add_argument("--artifacts", type=Path, default=REPO / "runs" / "artifacts")
-    parser.add_argument(
-        "--sweeps-from",
-        type=Path,
-        help="reuse the sweeps of an earlier run's output (its JSON line): they do not depend on the "
-        "searched arm; refused unless its dense control is this run's to the last digit",
-    )
     args = parser.parse_args()
+    arms = args.arms.split(",")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    cfg = load_study_config(
-        REPO / "studies" / "tinyshakespeare.toml", [f"study.n_trials={args.trials}", *args.set]
-    )
+    cfg = load_study_config(STUDY, args.set)
     artifacts = args.artifacts.resolve()
-
-    start = time.perf_counter()
-    searched = searched_arm(cfg, args.trials, artifacts)
-    dense_point = next(p for p in searched if p["method"] == "dense")
-    dense = (dense_point["ppl"], dense_point["params"])
-    minutes = {"searched": (time.perf_counter() - start) / 60}
-
     corpus, model_cfg = prepare_inputs(cfg)
     checkpoint = ensure_dense_checkpoint(
-        corpus, model_cfg, cfg.pretrain, artifacts, eval_tokens=cfg.budget.eval_tokens
+        corpus,
+        model_cfg,
+        cfg.pretrain,
+        artifacts,
+        eval_tokens=cfg.budget.eval_tokens,
+        shipped_dir=STUDY.parent / "checkpoints",
     )
     torch.set_num_threads(max(1, int(cfg.study.cpus_per_trial)))
-    setup = TrialSetup(corpus, checkpoint, cfg.budget, cfg.study.seed)
-    low, high = min(cfg.search.entries["sparsity"].values()), max(cfg.search.entries["sparsity"].values())
-    sparsities = [float(s) for s in np.linspace(low, high, args.trials - 1)]
-    arms = {"searched": searched}
-    if args.sweeps_from:
-        arms.update(earlier_sweeps(args.sweeps_from, args.trials, dense))
-    for method in SWEEPS:
-        if method in arms:
-            continue
-        start = time.perf_counter()
-        arms[method] = [dense_point, *sweep_arm(method, setup, sparsities)]
-        minutes[method] = (time.perf_counter() - start) / 60
+    budget_s = args.budget_minutes * 60
+    sparsity = cfg.search.entries["sparsity"]
+    spread = SearchSpace({"sparsity": sparsity, "l0_lambda": Range(*LAMBDA_RANGE)})
+    per_seed: list[dict] = []
+    for seed in range(args.seeds):
+        setup = TrialSetup(corpus, checkpoint, cfg.budget, seed)
+        dense = timed_trial(setup, TrialHParams(**cfg.search.control_point()))
+        print(f"seed {seed}: dense control ppl {dense['ppl']:.3f} ({dense['seconds']:.0f}s)", flush=True)
+        found: dict[str, list[dict]] = {}
+        for arm in arms:
+            print(f"  arm {arm}", flush=True)
+            if arm == "searched":
+                found[arm] = searched_arm(cfg, seed, budget_s, artifacts)
+            elif arm in ("random", "importance"):
+                found[arm] = sweep_arm(
+                    setup,
+                    lambda i, m=arm: TrialHParams(method=m, sparsity=spread.spread("sparsity", i)),
+                    budget_s,
+                    dense,
+                )
+            elif arm == "l0_penalty":
+                found[arm] = sweep_arm(setup, l0_penalty_at, budget_s, dense)
+            elif arm == "plain_tune":
+                found[arm] = [dense, *plain_tune_arm(cfg, setup, seed, budget_s)]
+            else:
+                raise SystemExit(f"unknown arm {arm!r}; choose from {', '.join(ARMS)}")
+        summary = {arm: summarise(points, dense) for arm, points in found.items()}
+        per_seed.append({"seed": seed, "dense": dense, "summary": summary, "arms": found})
+        print_table(
+            f"seed {seed}, {args.budget_minutes:g} min of trials per arm "
+            f"(dense control ppl {dense['ppl']:.3f})",
+            [
+                "arm",
+                "hypervolume",
+                ">= 50% removed",
+                ">= 75% removed",
+                "trials (complete)",
+                "min",
+                "per CPU-h",
+            ],
+            [
+                [
+                    arm,
+                    f"{s['hypervolume']:.4f}",
+                    mean_and_range([s["ppl_ratio_50"]]),
+                    mean_and_range([s["ppl_ratio_75"]]),
+                    f"{s['trials']} ({s['complete']})",
+                    f"{s['minutes']:.1f}",
+                    f"{s['trials_per_cpu_hour'] * cfg.study.cpus_per_trial:.0f}",
+                ]
+                for arm, s in summary.items()
+            ],
+        )
 
-    summary = {name: summarise(points, dense) for name, points in arms.items()}
-
-    def ratio(value: float | None) -> str:
-        return "-" if value is None else f"{value:.3f}"
+    def column(arm: str, key: str) -> list:
+        return [seed["summary"][arm][key] for seed in per_seed]
 
     print_table(
-        f"fronts at {args.trials} trials each (dense control: ppl {dense[0]:.3f}, {dense[1]:,} params)",
-        ["arm", "hypervolume", "best ppl / dense, >= 50% removed", "best ppl / dense, >= 75% removed"],
+        f"mean [min, max] over {args.seeds} seed(s), {args.budget_minutes:g} min of trials per arm and seed",
+        ["arm", "hypervolume", "best ppl / dense, >= 50% removed", ">= 75% removed", "trials/CPU-h"],
         [
-            [name, f"{s['hypervolume']:.4f}", ratio(s["ppl_ratio_50"]), ratio(s["ppl_ratio_75"])]
-            for name, s in summary.items()
+            [
+                arm,
+                mean_and_range(column(arm, "hypervolume")),
+                mean_and_range(column(arm, "ppl_ratio_50")),
+                mean_and_range(column(arm, "ppl_ratio_75")),
+                f"{statistics.mean(column(arm, 'trials_per_cpu_hour')) * cfg.study.cpus_per_trial:.0f}",
+            ]
+            for arm in arms
         ],
     )
-    beats = all(summary["searched"]["hypervolume"] > summary[m]["hypervolume"] for m in SWEEPS)
-    close = (summary["searched"]["ppl_ratio_50"] or float("inf")) <= 1.02
-    print(
-        f"targets: searched hypervolume beats both sweeps: {'met' if beats else 'not met'}; "
-        f"50% removed within 2% of dense: {'met' if close else 'not met'}"
-    )
-    print_json(
-        "frontier",
-        {"trials": args.trials, "dense": dense, "summary": summary, "arms": arms, "minutes": minutes},
-    )
+    if "searched" in arms:
+        others = [a for a in arms if a != "searched"]
+        mine = column("searched", "hypervolume")
+        on_mean = all(statistics.mean(mine) > statistics.mean(column(a, "hypervolume")) for a in others)
+        wins = [sum(m > o for m, o in zip(mine, column(a, "hypervolume"))) for a in others]
+        enough = all(w >= math.ceil(2 * args.seeds / 3) for w in wins)
+        r50, r75 = column("searched", "ppl_ratio_50"), column("searched", "ppl_ratio_75")
+        print(
+            "targets: searched hypervolume beats every other arm on the mean: "
+            f"{'met' if on_mean else 'not met'}; "
+            f"on >= 2/3 of the seeds: {'met' if enough else 'not met'} (wins {dict(zip(others, wins))}); "
+            f"50% removed within 2%: {'met' if all(r and r <= 1.02 for r in r50) else 'not met'}; "
+            f"75% removed within 10%: {'met' if all(r and r <= 1.10 for r in r75) else 'not met'}"
+        )
+    print_json("frontier", {"budget_minutes": args.budget_minutes, "seeds": per_seed})
 
 
 if __name__ == "__main__":

@@ -37,6 +37,26 @@ class StudySettings:
 
 
 @dataclass(frozen=True)
+class EarlyStopping:
+    """Pareto-aware early stopping (``orchestrator/early_stopping.py``): trials compared at rungs
+    of their fine-tuning budget, the top 1 / reduction_factor by Pareto rank going on."""
+
+    enabled: bool = bounded(False, doc="stop trials at rungs by Pareto rank")
+    reduction_factor: float = bounded(3.0, 1.5, doc="1 / the share of trials a rung lets go on")
+    min_fraction: float = bounded(1.0 / 9.0, 0.0, 1.0, high_open=True, doc="the first rung")
+
+    def rungs(self) -> list[float]:
+        """The fractions of the fine-tuning budget at which trials are compared (1 excluded)."""
+        if not self.enabled:
+            return []
+        fractions, fraction = [], self.min_fraction
+        while fraction < 1.0 - 1e-9:
+            fractions.append(fraction)
+            fraction *= self.reduction_factor
+        return fractions
+
+
+@dataclass(frozen=True)
 class CorpusSettings:
     """One text split contiguously, or separate train and validation files (paths relative to
     the study file)."""
@@ -61,10 +81,11 @@ class StudyConfig:
     pretrain: PretrainConfig
     budget: TrialBudget
     search: SearchSpace
+    early_stopping: EarlyStopping = field(default_factory=EarlyStopping)
     raw: dict[str, Any] = field(default_factory=dict)  # the merged TOML, stored with the study
 
 
-SECTIONS = ("study", "corpus", "model", "pretrain", "trial", "search")
+SECTIONS = ("study", "corpus", "model", "pretrain", "trial", "search", "early_stopping")
 
 
 def _table(where: str, table: Any, specs: dict[str, dict]) -> dict[str, Any]:
@@ -135,6 +156,9 @@ def load_study_config(path: str | Path, overrides: list[str] = ()) -> StudyConfi
     budget = _table(f"{path}: [trial]", raw.get("trial", {}), field_specs(TrialBudget))
     search = SearchSpace.from_table(f"{path}: [search]", raw.get("search", {}), field_specs(TrialHParams))
     search.check_reachable(f"{path}: [search]", [model["n_head"]] * model["n_layer"])
+    early = _table(f"{path}: [early_stopping]", raw.get("early_stopping", {}), field_specs(EarlyStopping))
+    if early["min_fraction"] <= 0:
+        raise UserError(f"{path}: [early_stopping] min_fraction must be above 0")
     return StudyConfig(
         source=path,
         study=StudySettings(**study),
@@ -143,5 +167,6 @@ def load_study_config(path: str | Path, overrides: list[str] = ()) -> StudyConfi
         pretrain=PretrainConfig(**pretrain),
         budget=TrialBudget(**budget),
         search=search,
+        early_stopping=EarlyStopping(**early),
         raw=raw,
     )

@@ -24,16 +24,32 @@ from ray import tune
 from ray.tune import Callback
 from ray.tune.search import Searcher
 
+from orchestrator.early_stopping import RUNG_KEY
 from orchestrator.progress import say
 from orchestrator.search_space import SearchSpace
 from orchestrator.storage import OBJECTIVES
 from trainers.hparams import TrialHParams
-from trainers.trial import TrialSetup, run_trial
+from trainers.trial import RungReport, TrialSetup, run_trial
 
 RESULT_KEY = "trial_result"  # the whole TrialResult, as JSON, beside the two objectives
+FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+CONTROL_NOTE = "nothing sampled: values the study file fixes as set, searched ones at their defaults"
 
 
-def train_on_worker(config: dict[str, Any], setup: TrialSetup) -> None:
+def report_rung(report: RungReport) -> None:
+    """An intermediate result: the scheduler may stop the trial here (then this never returns)."""
+    tune.report(
+        {
+            "val_perplexity": report.val_perplexity,
+            "n_params": report.n_params,
+            RUNG_KEY: report.rung,
+            "finetune_step": report.step,
+            "finetune_steps": report.steps,
+        }
+    )
+
+
+def train_on_worker(config: dict[str, Any], setup: TrialSetup, rungs: tuple[float, ...] = ()) -> None:
     """The Tune trainable: runs on a Ray worker, knows nothing of the database."""
     import torch
 
@@ -46,6 +62,8 @@ def train_on_worker(config: dict[str, Any], setup: TrialSetup) -> None:
         TrialHParams(**config["hparams"]),
         save_dir=Path(config["model_dir"]),
         resume_dirs=[Path(p) for p in config.get("resume_dirs", [])],
+        rungs=rungs,
+        report_rung=report_rung,
     )
     tune.report(
         {
@@ -76,31 +94,43 @@ class StudyDriver:
         models_dir: Path,
         on_finished: Callable[[int], None],
         spread_trials: int = 0,
+        trial_seconds_budget: float | None = None,
     ) -> None:
         self.study, self.space = study, space
         self.n_trials, self.max_failed = n_trials, max_failed
         self.spread_trials = spread_trials  # the first trials after the dense control spread sparsity
         self.on_finished = on_finished
         self.models_dir = models_dir  # <artifacts>/trials/<study>: one folder per trial number
-        complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        self.n_complete = len(complete)
+        finished = study.get_trials(deepcopy=False, states=FINISHED)
+        self.n_finished = len(finished)  # COMPLETE and PRUNED: what --n-trials counts, as Optuna's optimize
+        # With a budget of trial seconds (benchmarks at equal compute), no trial starts once the
+        # finished ones' wall time adds up to it.
+        self.trial_seconds_budget = trial_seconds_budget
+        self.trial_seconds = sum(t.user_attrs.get("wall_seconds", 0.0) for t in finished)
         self.n_failed = 0  # in this run
-        self.dense_control_pending = not any(t.user_attrs.get("dense_control") for t in complete)
+        # (the scheduler never stops the dense control: a finished one is COMPLETE)
+        self.dense_control_pending = not any(t.user_attrs.get("dense_control") for t in finished)
         self.live: dict[str, optuna.Trial] = {}  # Tune trial id -> Optuna trial
         self.started: dict[str, float] = {}
+        self.curves: dict[str, list[list[float]]] = {}  # Tune trial id -> rung reports so far
 
     def next_config(self, tune_trial_id: str) -> dict | str | None:
-        if self.n_complete >= self.n_trials or self.n_failed > self.max_failed:
+        if self.n_finished >= self.n_trials or self.n_failed > self.max_failed or self._out_of_budget():
             return Searcher.FINISHED if not self.live else None
-        if self.n_complete + len(self.live) >= self.n_trials:
+        if self.n_finished + len(self.live) >= self.n_trials:
             return None  # enough trials running to reach the budget: wait for them
+        waiting = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+        # The dense control goes first, unless a retry is waiting (ask() would hand it that one).
+        control = self.dense_control_pending and not waiting
         if not self.dense_control_pending:
             self._enqueue_spread()
         trial = self.study.ask()
-        if self.dense_control_pending:
-            # The study's first trial is the dense control: the same budget, nothing removed.
-            hparams = self.space.suggest(trial, overrides={"method": "dense", "sparsity": 0.0})
+        if control:
+            # The study's first trial is the dense control: the same budget, nothing removed,
+            # nothing sampled (SearchSpace.control_point).
+            hparams = self.space.control_point()
             trial.set_user_attr("dense_control", True)
+            trial.set_user_attr("control_hparams", CONTROL_NOTE)
             self.dense_control_pending = False
         else:
             hparams = self.space.suggest(trial)
@@ -121,6 +151,9 @@ class StudyDriver:
             "resume_dirs": resume,
         }
 
+    def _out_of_budget(self) -> bool:
+        return self.trial_seconds_budget is not None and self.trial_seconds >= self.trial_seconds_budget
+
     def _enqueue_spread(self) -> None:
         """Start-up trials take their sparsity from an even spread of its range and the numbers
         at their defaults (``SearchSpace.start_point``), so a short study's front spans the range."""
@@ -139,12 +172,40 @@ class StudyDriver:
             trial.set_user_attr("worker_retries", retries)
             trial.set_user_attr("last_worker_error", error_line(error))
 
+    def note_rung(self, tune_trial_id: str, result: dict) -> None:
+        """A rung report: the trial's learning curve so far, kept on the Optuna trial (the
+        dashboard shows it; a resumed driver seeds the scheduler's pools with it)."""
+        trial = self.live.get(tune_trial_id)
+        if trial is not None and RUNG_KEY in result:
+            point = [result[RUNG_KEY], result["finetune_step"], result["val_perplexity"]]
+            # A worker restarted by Tune reports its rungs again: the new report replaces the old.
+            earlier = [p for p in self.curves.get(tune_trial_id, []) if p[0] < point[0]]
+            self.curves[tune_trial_id] = [*earlier, point]
+            trial.set_user_attr("curve", self.curves[tune_trial_id])
+            trial.set_user_attr("n_params", result["n_params"])
+
+    def _stopped_early(self, trial: optuna.Trial, result: dict, seconds: float) -> None:
+        """The scheduler stopped it at a rung: PRUNED, with the step and what it saved."""
+        trial.set_user_attr("stopped_at_step", result["finetune_step"])
+        trial.set_user_attr("finetune_steps", result["finetune_steps"])
+        trial.set_user_attr("saved_steps", result["finetune_steps"] - result["finetune_step"])
+        trial.set_user_attr("rung_val_perplexity", result["val_perplexity"])
+        trial.set_user_attr("wall_seconds", seconds)
+        self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        self.n_finished += 1
+
     def finish(self, tune_trial_id: str, result: dict | None, error: str | None) -> None:
         trial = self.live.pop(tune_trial_id, None)
         if trial is None:
             return
         seconds = time.time() - self.started.pop(tune_trial_id)
+        self.curves.pop(tune_trial_id, None)
+        self.trial_seconds += seconds
         values = None
+        if error is None and result and RESULT_KEY not in result and RUNG_KEY in result:
+            self._stopped_early(trial, result, seconds)
+            self.on_finished(trial.number)
+            return
         if error is None and result and RESULT_KEY in result:
             outcome = json.loads(result[RESULT_KEY])
             values = [outcome["val_perplexity"], outcome["n_params"]]
@@ -165,12 +226,13 @@ class StudyDriver:
                 "method",
                 "tokens_per_s",
                 "phase_seconds",
+                "curve",
             ):
                 trial.set_user_attr(key, outcome[key])
             trial.set_user_attr("wall_seconds", seconds)
             trial.set_user_attr("node_id", result.get("node_id", ""))
             self.study.tell(trial, values)
-            self.n_complete += 1
+            self.n_finished += 1
         self.on_finished(trial.number)
 
 
@@ -201,6 +263,9 @@ class StudyCallback(Callback):
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self.driver.finish(trial.trial_id, trial.last_result, None)
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        self.driver.note_rung(trial.trial_id, result)
 
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         """Tune restarts a trial whose worker died (up to ``max_retries``): count it on the trial."""

@@ -9,6 +9,11 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
+def dominates(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """``a`` is no worse than ``b`` in both objectives and better in one (both minimised)."""
+    return a[0] <= b[0] and a[1] <= b[1] and (a[0] < b[0] or a[1] < b[1])
+
+
 def pareto_front(points: Sequence[T], key=lambda p: p) -> list[T]:
     """The non-dominated points, sorted by (n_params, perplexity).
 

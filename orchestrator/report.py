@@ -40,6 +40,10 @@ class StudyStatus:
     hypervolume_history: list[float] = field(default_factory=list)
     elapsed_s: float = 0.0
     remaining_s: float | None = None
+    dense_checkpoint_ppl: float | None = None  # the pretrained model's own, before any trial
+    stopped_early: int = 0  # PRUNED trials
+    saved_steps: int = 0  # fine-tuning steps the stopped trials did not take
+    stopped_budget_steps: int = 0  # fine-tuning steps they would have taken
 
 
 def _in_band(sparsity: float, low: float, high: float) -> bool:
@@ -77,19 +81,44 @@ def study_status(study: optuna.Study) -> StudyStatus:
     if target and done:
         walls = [t.user_attrs.get("wall_seconds", 0.0) for t in done]
         concurrency = max(1, study.user_attrs.get("max_concurrent", 1))
-        remaining = max(0, target - len(done)) * (sum(walls) / len(walls)) / concurrency
+        finished = len(done) + states.get(TrialState.PRUNED.name, 0)
+        remaining = max(0, target - finished) * (sum(walls) / len(walls)) / concurrency
     front = pareto_front(done, key=lambda t: (t.values[0], t.values[1]))
-    return StudyStatus(study.study_name, states, target, len(front), best, dense, history, elapsed, remaining)
+    stopped = [t for t in trials if t.state == TrialState.PRUNED]
+    return StudyStatus(
+        study.study_name,
+        states,
+        target,
+        len(front),
+        best,
+        dense,
+        history,
+        elapsed,
+        remaining,
+        dense_checkpoint_ppl=study.user_attrs.get("dense_val_perplexity"),
+        stopped_early=len(stopped),
+        saved_steps=sum(t.user_attrs.get("saved_steps", 0) for t in stopped),
+        stopped_budget_steps=sum(t.user_attrs.get("finetune_steps", 0) for t in stopped),
+    )
 
 
 def format_status(status: StudyStatus) -> str:
     lines = [f"study {status.name!r}"]
     states = ", ".join(f"{k.lower()} {v}" for k, v in sorted(status.states.items())) or "no trials"
-    goal = f" (target: {status.target} complete)" if status.target else ""
+    goal = f" (target: {status.target} finished, complete or pruned)" if status.target else ""
     lines.append(f"  trials: {states}{goal}")
     lines.append(f"  front: {status.front_size} trials")
+    if status.dense_checkpoint_ppl is not None:
+        ppl = status.dense_checkpoint_ppl
+        lines.append(f"  dense checkpoint: perplexity {ppl:.3f} (as pretrained, before any trial)")
     if status.dense:
         lines.append(f"  dense control: perplexity {status.dense[0]:.3f}, {status.dense[1]:,} parameters")
+    if status.stopped_early:
+        share = status.saved_steps / max(1, status.stopped_budget_steps)
+        lines.append(
+            f"  stopped early: {status.stopped_early} trials (PRUNED), {status.saved_steps:,} fine-tuning "
+            f"steps saved ({share:.0%} of theirs)"
+        )
     for band, ppl, number in status.best_by_band:
         lines.append(f"  best at sparsity {band:>13}: perplexity {ppl:.3f} (trial {number})")
     if status.hypervolume_history:
@@ -105,7 +134,9 @@ def format_status(status: StudyStatus) -> str:
 
 def front_note(study: optuna.Study) -> str:
     """Markdown for the dashboard: the current front, one row per trial."""
-    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    trials = study.get_trials(deepcopy=False)
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    stopped = [t for t in trials if t.state == TrialState.PRUNED]
     front = pareto_front(done, key=lambda t: (t.values[0], t.values[1]))
     rows = [
         f"| {t.number} | {t.user_attrs['method']} | {t.user_attrs['sparsity']:.3f} | {t.values[0]:.3f} "
@@ -116,6 +147,7 @@ def front_note(study: optuna.Study) -> str:
         [
             f"## Pareto front ({len(front)} of {len(done)} complete trials)",
             "",
+            *([f"{len(stopped)} trials stopped early by Pareto rank (PRUNED).", ""] if stopped else []),
             "| trial | method | sparsity | val perplexity | parameters | heads per layer |",
             "| --- | --- | --- | --- | --- | --- |",
             *rows,

@@ -12,8 +12,9 @@ import optuna
 from optuna_dashboard import save_note
 
 from orchestrator.config import StudyConfig
+from orchestrator.early_stopping import ParetoHalving, ParetoHalvingScheduler
 from orchestrator.errors import UserError
-from orchestrator.execution import StudyCallback, StudyDriver, StudySearcher, train_on_worker
+from orchestrator.execution import FINISHED, StudyCallback, StudyDriver, StudySearcher, train_on_worker
 from orchestrator.export import study_table, write_table
 from orchestrator.progress import PhaseProgress, say
 from orchestrator.report import dense_reference, front_note
@@ -42,12 +43,13 @@ class RunOptions:
     artifacts: Path
     output_csv: Path
     ray_address: str | None = None
+    trial_seconds_budget: float | None = None  # stop asking for trials once they took this long
 
 
 @dataclass
 class RunSummary:
     study_name: str
-    n_complete: int
+    n_finished: int  # COMPLETE and PRUNED
     n_failed_this_run: int
     front_size: int
     dense: DenseCheckpoint | None
@@ -114,9 +116,10 @@ def _run_leased(
         models_dir=opts.artifacts / "trials" / opts.study_name,
         on_finished=lambda number: _after_trial(store, study, driver, number),
         spread_trials=startup_trials(cfg),
+        trial_seconds_budget=opts.trial_seconds_budget,
     )
     dense = None
-    if driver.n_complete < opts.n_trials:
+    if driver.n_finished < opts.n_trials:
         dense = ensure_dense_checkpoint(
             corpus,
             model_cfg,
@@ -125,6 +128,7 @@ def _run_leased(
             eval_tokens=cfg.budget.eval_tokens,
             device=cfg.budget.device,
             progress=PhaseProgress(),
+            shipped_dir=cfg.source.parent / "checkpoints",
         )
         say(
             f"dense model: val perplexity {dense.val_perplexity:.3f} "
@@ -133,12 +137,12 @@ def _run_leased(
         study.set_user_attr("dense_val_perplexity", dense.val_perplexity)
         _search(cfg, opts, driver, TrialSetup(corpus, dense, cfg.budget, cfg.study.seed))
     else:
-        say(f"study already holds {driver.n_complete} complete trials (asked for {opts.n_trials})")
+        say(f"study already holds {driver.n_finished} finished trials (asked for {opts.n_trials})")
 
     rows = refresh_frontier(store, study)
     csv = write_table(study_table(store, study), opts.output_csv)
     say(f"Pareto front: {len(rows)} trials -> {csv}")
-    return RunSummary(opts.study_name, driver.n_complete, driver.n_failed, len(rows), dense, csv)
+    return RunSummary(opts.study_name, driver.n_finished, driver.n_failed, len(rows), dense, csv)
 
 
 def package_versions() -> dict[str, str]:
@@ -164,9 +168,15 @@ def _after_trial(store: StudyStore, study: optuna.Study, driver: StudyDriver, nu
             f"COMPLETE  sparsity {trial.user_attrs['sparsity']:.2f}  "
             f"ppl {trial.values[0]:.3f}  params {int(trial.values[1]):,}"
         )
+    elif trial.state == optuna.trial.TrialState.PRUNED:
+        attrs = trial.user_attrs
+        what = (
+            f"STOPPED at fine-tuning step {attrs['stopped_at_step']}/{attrs['finetune_steps']}  "
+            f"ppl {attrs['rung_val_perplexity']:.3f}  params {attrs['n_params']:,}"
+        )
     else:
         what = f"FAIL  {trial.user_attrs.get('error', '')}"
-    counts = f"complete {driver.n_complete}/{driver.n_trials}, running {len(driver.live)}"
+    counts = f"finished {driver.n_finished}/{driver.n_trials}, running {len(driver.live)}"
     say(
         f"trial {number}: {what}  | {counts}, failed {driver.n_failed}, front {len(front)}"
         f"{_best_so_far(trials, front)}"
@@ -183,6 +193,23 @@ def _best_so_far(trials: list, front: list[dict]) -> str:
         return ""
     best = min(close, key=lambda r: r["n_params"])
     return f", smallest within 2% of dense: {best['n_params']:,} params (trial {best['trial_number']})"
+
+
+def _scheduler(cfg: StudyConfig, study: optuna.Study, n_rungs: int):
+    """Pareto-aware early stopping when the study asks for it (else Tune's FIFO, no stopping).
+    A resumed study's pools start with the rung points of its finished trials."""
+    from ray.tune.schedulers import FIFOScheduler
+
+    if not n_rungs:
+        return FIFOScheduler()
+    halving = ParetoHalving(n_rungs, cfg.early_stopping.reduction_factor)
+    for trial in study.get_trials(deepcopy=False, states=FINISHED):
+        if trial.user_attrs.get("dense_control"):
+            continue
+        for rung, _step, ppl in trial.user_attrs.get("curve", []):
+            if int(rung) < n_rungs:
+                halving.record(int(rung), trial.number, (ppl, trial.user_attrs["n_params"]))
+    return ParetoHalvingScheduler(halving)
 
 
 def _search(cfg: StudyConfig, opts: RunOptions, driver: StudyDriver, setup: TrialSetup) -> None:
@@ -204,14 +231,16 @@ def _search(cfg: StudyConfig, opts: RunOptions, driver: StudyDriver, setup: Tria
         **local,
     )
     try:
+        rungs = tuple(cfg.early_stopping.rungs())
         trainable = tune.with_resources(
-            tune.with_parameters(train_on_worker, setup=setup),
+            tune.with_parameters(train_on_worker, setup=setup, rungs=rungs),
             {"cpu": cpus, "gpu": cfg.study.gpus_per_trial},
         )
         tuner = tune.Tuner(
             trainable,
             tune_config=tune.TuneConfig(
                 search_alg=StudySearcher(driver),
+                scheduler=_scheduler(cfg, driver.study, len(rungs)),
                 num_samples=-1,  # the searcher says when the study is done
                 max_concurrent_trials=opts.max_concurrent,
                 reuse_actors=True,

@@ -140,6 +140,18 @@ class SearchSpace:
             # else: another method's knob, left out (not in the sampler's space, nor the record)
         return values
 
+    def control_point(self) -> dict[str, Any]:
+        """The dense control's hyperparameters, with nothing sampled: a value the study file
+        fixes applies to it as to every trial, a searched one takes the trainer's default (lr
+        1e-3, no distillation). The reference every ratio is taken against so stays put from
+        study to study. Only the knobs that apply to ``dense`` are kept, as ``suggest`` does."""
+        values = {"method": "dense", "sparsity": 0.0}
+        for name, entry in self.entries.items():
+            applies = self.applies_to.get(name)
+            if name not in values and (applies is None or "dense" in applies):
+                values[name] = entry.value if isinstance(entry, Fixed) else self.defaults[name]
+        return values
+
     def spread(self, name: str, index: int) -> float | None:
         """The ``index``-th of a sequence of values that cover ``name``'s range evenly at every
         length: its high end first, then the middle, the quarters, ... (van der Corput, base 2).

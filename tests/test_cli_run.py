@@ -31,6 +31,7 @@ from orchestrator.storage import open_store, read_frontier
 from trainers.data import CharCorpus, eval_windows
 from trainers.export import generate, load_pruned
 from trainers.gates import heads_to_keep
+from trainers.hparams import TrialHParams
 from trainers.model import LanguageModel, ModelConfig, count_parameters
 from trainers.training import mean_loss
 
@@ -96,6 +97,16 @@ def test_first_trial_is_the_dense_control(smoke):
     assert first.user_attrs["dense_control"] is True
     assert hparams(first)["sparsity"] == 0.0
     assert heads(first) == [4, 4]
+
+
+def test_dense_control_samples_nothing(smoke):
+    """smoke.toml searches lr in [3e-4, 3e-3]: the control takes the trainer's default, 1e-3,
+    whatever the sampler would draw, and the sampler records no parameter for it."""
+    first = smoke["study"].get_trials()[0]
+    assert first.params == {}
+    assert hparams(first)["lr"] == TrialHParams().lr == 1e-3
+    assert hparams(first)["method"] == "dense"
+    assert "searched" in first.user_attrs["control_hparams"]
 
 
 def test_start_up_trials_spread_the_sparsity_range_from_its_high_end(smoke):

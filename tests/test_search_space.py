@@ -44,3 +44,32 @@ def test_start_points_fix_sparsity_and_the_searched_numbers_at_defaults_inside_t
     assert space.start_point(0) == {"sparsity": 0.8, "lr": 1e-3}  # 10 is outside [20, 200]
     assert space.start_point(1) == {"sparsity": 0.4, "lr": 1e-3}
     assert SearchSpace({"sparsity": Fixed(0.5)}).start_point(0) is None
+
+
+def test_dense_control_takes_defaults_whatever_is_searched():
+    """Every knob searched (ranges and choices, distillation among them), one fixed: the
+    control gets the trainer's default for each searched one and the fixed value as set."""
+    from orchestrator.config import field_specs
+    from trainers.hparams import TrialHParams
+
+    table = {
+        "method": ["l0_target", "topk", "random"],
+        "sparsity": {"low": 0.1, "high": 0.9},
+        "lr": {"low": 1e-4, "high": 1e-2, "log": True},
+        "distill": [True, False],
+        "distill_logit": {"low": 0.5, "high": 2.0},
+        "gate_lr_mult": {"low": 20.0, "high": 200.0},
+        "min_heads_per_layer": 2,
+    }
+    space = SearchSpace.from_table("s.toml: [search]", table, field_specs(TrialHParams))
+    control = space.control_point()
+    defaults = TrialHParams()
+    assert control["method"] == "dense" and control["sparsity"] == 0.0
+    assert (control["lr"], control["distill"], control["distill_logit"]) == (
+        defaults.lr,
+        defaults.distill,
+        defaults.distill_logit,
+    )
+    assert control["min_heads_per_layer"] == 2  # fixed by the study file: applies to it too
+    assert "gate_lr_mult" not in control  # a gate method's knob: not the dense method's
+    TrialHParams(**control)  # a complete, valid set

@@ -32,14 +32,25 @@ def choice(default, choices, *, methods=None, doc=""):
 
 @dataclass(frozen=True)
 class PretrainConfig:
-    """Dense pretraining; the checkpoint is cached per (corpus, model, this config)."""
+    """Dense pretraining; the checkpoint is cached per (corpus, model, this config).
 
-    steps: int = bounded(2000, 1, doc="optimizer steps")
+    ``until_converged = false``: ``steps`` steps, warm-up and cosine decay. ``true``: warm-up, a
+    constant rate until the validation loss improves by less than ``converge_tolerance``
+    (relative) over the last ``converge_window`` steps (checked every ``eval_every`` steps), or
+    until ``steps``, then a linear cool-down to zero over ``cooldown`` x the steps so far
+    (warmup-stable-decay: the plateau is found without knowing the length in advance)."""
+
+    steps: int = bounded(2000, 1, doc="optimizer steps (with until_converged: the most before cool-down)")
     batch_size: int = bounded(32, 1)
-    lr: float = bounded(1e-3, 0.0, doc="peak learning rate (cosine decay)")
+    lr: float = bounded(1e-3, 0.0, doc="peak learning rate")
     warmup_steps: int = bounded(100, 0)
     weight_decay: float = bounded(0.01, 0.0)
     seed: int = bounded(0, 0)
+    until_converged: bool = bounded(False, doc="train until the validation loss plateaus")
+    converge_window: int = bounded(1000, 1, doc="steps over which the improvement is measured")
+    converge_tolerance: float = bounded(0.005, 0.0, 1.0, doc="relative improvement that counts as none")
+    eval_every: int = bounded(250, 1, doc="steps between validation evaluations")
+    cooldown: float = bounded(0.2, 0.0, 1.0, doc="cool-down steps / steps before it")
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -35,6 +36,59 @@ def checkpoint_key(corpus_digest: str, model_cfg: ModelConfig, pretrain: Pretrai
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+class UntilConverged:
+    """Warm-up, a constant learning rate until the validation loss plateaus, then a linear
+    cool-down to zero (``PretrainConfig`` says the rule). ``lr_at`` and ``after_step`` plug into
+    ``fit``; ``curve`` keeps (step, validation loss) of every evaluation."""
+
+    def __init__(self, cfg: PretrainConfig, evaluate: Callable[[], float]) -> None:
+        self.cfg, self.evaluate = cfg, evaluate
+        self.curve: list[tuple[int, float]] = []
+        self.converged_at: int | None = None  # steps when the rule fired (or the cap was reached)
+        self.total: int | None = None  # steps including the cool-down, once known
+
+    def lr_at(self, step: int) -> float:
+        cfg = self.cfg
+        if step < cfg.warmup_steps:
+            return cfg.lr * (step + 1) / cfg.warmup_steps
+        if self.converged_at is None:
+            return cfg.lr
+        return cfg.lr * max(0.0, (self.total - step) / (self.total - self.converged_at))
+
+    def plateaued(self) -> bool:
+        """Relative improvement over the last ``converge_window`` steps below the tolerance."""
+        step, loss = self.curve[-1]
+        earlier = [value for at, value in self.curve if at <= step - self.cfg.converge_window]
+        return bool(earlier) and (earlier[-1] - loss) < self.cfg.converge_tolerance * earlier[-1]
+
+    def after_step(self, step: int) -> bool:
+        cfg = self.cfg
+        if self.converged_at is not None:
+            if step >= self.total:
+                self.curve.append((step, self.evaluate()))
+                return True
+            return False
+        if step % cfg.eval_every == 0 or step >= cfg.steps:
+            self.curve.append((step, self.evaluate()))
+            if step >= cfg.steps or self.plateaued():
+                self.converged_at = step
+                self.total = step + max(1, round(cfg.cooldown * step))
+        return False
+
+    @property
+    def max_steps(self) -> int:
+        """An upper bound for ``fit``'s loop: the cap and its cool-down."""
+        return self.cfg.steps + max(1, round(self.cfg.cooldown * self.cfg.steps))
+
+
+def _read_checkpoint(folder: Path, model_cfg: ModelConfig) -> DenseCheckpoint | None:
+    weights, meta_file = folder / "model.pt", folder / "meta.json"
+    if not (weights.is_file() and meta_file.is_file()):
+        return None
+    meta = json.loads(meta_file.read_text())
+    return DenseCheckpoint(weights, model_cfg, meta["val_perplexity"], meta["seconds"], reused=True)
+
+
 def ensure_dense_checkpoint(
     corpus: CharCorpus,
     model_cfg: ModelConfig,
@@ -44,21 +98,28 @@ def ensure_dense_checkpoint(
     eval_tokens: int,
     device: str = "auto",
     progress: Progress | None = None,
+    shipped_dir: Path | None = None,
 ) -> DenseCheckpoint:
-    """The cached dense model, training it first if no run has yet."""
-    folder = Path(artifacts_dir) / "dense" / checkpoint_key(corpus.digest, model_cfg, pretrain)
-    weights, meta_file = folder / "model.pt", folder / "meta.json"
-    if weights.is_file() and meta_file.is_file():
-        meta = json.loads(meta_file.read_text())
-        return DenseCheckpoint(weights, model_cfg, meta["val_perplexity"], meta["seconds"], reused=True)
+    """The cached dense model: under ``artifacts_dir``, else one shipped for this very key in
+    ``shipped_dir`` (the study file's ``checkpoints/``), else trained now and cached."""
+    key = checkpoint_key(corpus.digest, model_cfg, pretrain)
+    folder = Path(artifacts_dir) / "dense" / key
+    for candidate in (folder, Path(shipped_dir) / key if shipped_dir else None):
+        found = candidate and _read_checkpoint(candidate, model_cfg)
+        if found:
+            return found
 
     torch.manual_seed(pretrain.seed)
     model = LanguageModel(model_cfg).to(pick_device(device))
+    windows = eval_windows(corpus.val, model_cfg.block_size, eval_tokens)
+    schedule = None
+    if pretrain.until_converged:
+        schedule = UntilConverged(pretrain, lambda: mean_loss(model, windows))
     start = time.perf_counter()
     fit(
         model,
         corpus.train,
-        steps=pretrain.steps,
+        steps=schedule.max_steps if schedule else pretrain.steps,
         batch_size=pretrain.batch_size,
         lr=pretrain.lr,
         warmup_steps=pretrain.warmup_steps,
@@ -66,12 +127,15 @@ def ensure_dense_checkpoint(
         generator=torch.Generator().manual_seed(pretrain.seed),
         progress=progress,
         phase="pretrain",
+        lr_at=schedule.lr_at if schedule else None,
+        after_step=schedule.after_step if schedule else None,
     )
     seconds = time.perf_counter() - start
-    ppl = math.exp(mean_loss(model, eval_windows(corpus.val, model_cfg.block_size, eval_tokens)))
+    ppl = math.exp(mean_loss(model, windows))
 
     folder.mkdir(parents=True, exist_ok=True)
     # Write to temporary names, then rename: a run killed mid-write leaves no half checkpoint.
+    weights, meta_file = folder / "model.pt", folder / "meta.json"
     tmp_weights, tmp_meta = folder / "model.pt.tmp", folder / "meta.json.tmp"
     torch.save({k: v.cpu() for k, v in model.state_dict().items()}, tmp_weights)
     meta = {
@@ -81,6 +145,12 @@ def ensure_dense_checkpoint(
         "pretrain": asdict(pretrain),
         "corpus_digest": corpus.digest,
     }
+    if schedule:
+        meta |= {
+            "converged_at": schedule.converged_at,
+            "steps_trained": schedule.total,
+            "curve": schedule.curve,  # (step, validation loss)
+        }
     tmp_meta.write_text(json.dumps(meta, indent=2))
     os.replace(tmp_weights, weights)
     os.replace(tmp_meta, meta_file)

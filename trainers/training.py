@@ -42,16 +42,21 @@ def fit(
     loss_fn: Callable | None = None,
     progress: Progress | None = None,
     phase: str = "train",
+    lr_at: Callable[[int], float] | None = None,
+    after_step: Callable[[int], bool] | None = None,
 ) -> float:
     """Language-model training (``loss_fn(model, x, y, gates)``, default cross-entropy); returns
-    the last loss."""
+    the last loss. The learning rate follows ``lr_at(step)`` (default: warm-up and cosine decay
+    over ``steps``). ``after_step(steps_done)`` runs after every step (evaluations, reports to the
+    scheduler) and ends the training early by returning True."""
     device = next(model.parameters()).device
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=weight_decay)
+    lr_at = lr_at or (lambda step: cosine_lr(step, steps, lr, warmup_steps))
     model.train()
     loss_value = float("nan")
     for step in range(steps):
         for group in opt.param_groups:
-            group["lr"] = cosine_lr(step, steps, lr, warmup_steps)
+            group["lr"] = lr_at(step)
         x, y = random_batch(tokens, batch_size, model.cfg.block_size, generator)
         x, y = x.to(device), y.to(device)
         loss = loss_fn(model, x, y, None) if loss_fn else model.loss(x, y)
@@ -62,6 +67,11 @@ def fit(
         loss_value = loss.item()
         if progress and (step % 50 == 0 or step == steps - 1):
             progress(phase, step + 1, steps, loss_value)
+        if after_step is not None:
+            stop = after_step(step + 1)
+            model.train()  # the hook may have evaluated the model
+            if stop:
+                break
     return loss_value
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -34,6 +35,18 @@ class TrialSetup:
     seed: int = 0
 
 
+@dataclass(frozen=True)
+class RungReport:
+    """The pruned model's validation perplexity part-way through its fine-tuning, for a
+    scheduler that may stop the trial there (``run_trial``'s ``rungs``)."""
+
+    rung: int  # index into the rungs
+    step: int  # fine-tuning steps done
+    steps: int  # fine-tuning steps in the trial's whole budget
+    val_perplexity: float
+    n_params: int
+
+
 @dataclass
 class TrialResult:
     val_perplexity: float
@@ -45,6 +58,7 @@ class TrialResult:
     method: str
     tokens_per_s: float  # inference throughput of the pruned model
     phase_seconds: dict[str, float] = field(default_factory=dict)
+    curve: list[list[float]] = field(default_factory=list)  # [rung, fine-tuning step, perplexity]
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -76,9 +90,13 @@ def run_trial(
     progress: Progress | None = None,
     save_dir: Path | None = None,
     resume_dirs: list[Path] = (),
+    rungs: Sequence[float] = (),
+    report_rung: Callable[[RungReport], None] | None = None,
 ) -> TrialResult:
     """Prune, fine-tune, evaluate. With ``save_dir``, write the pruned model there, and a
-    checkpoint after pruning that a retry (``resume_dirs``) continues from."""
+    checkpoint after pruning that a retry (``resume_dirs``) continues from. At each fraction in
+    ``rungs`` of the fine-tuning steps, score the validation slice and pass it to
+    ``report_rung`` (which may never return: a scheduler stopping the trial)."""
     cfg = setup.dense.model_config
     heads = list(cfg.layer_heads)
     if hp.method in TARGET_METHODS:
@@ -126,6 +144,21 @@ def run_trial(
     start = time.perf_counter()
     # Methods that trained no weights while pruning get those steps here: equal budgets for all.
     steps = budget.finetune_steps + budget.prune_steps - outcome.trained_steps
+    windows = eval_windows(setup.corpus.val, cfg.block_size, budget.eval_tokens)
+    n_params = count_parameters(model)[0]
+    curve: list[list[float]] = []
+    rung_at: dict[int, int] = {}  # fine-tuning step -> rung (two rungs on one step: the first)
+    for rung, fraction in enumerate(rungs):
+        rung_at.setdefault(max(1, round(fraction * steps)), rung)
+
+    def at_rung(step: int) -> bool:
+        if step in rung_at:
+            ppl = math.exp(mean_loss(model, windows))
+            curve.append([rung_at[step], step, ppl])
+            if report_rung is not None:
+                report_rung(RungReport(rung_at[step], step, steps, ppl, n_params))
+        return False
+
     if steps:
         fit(
             model,
@@ -137,11 +170,11 @@ def run_trial(
             loss_fn=loss_fn,
             progress=progress,
             phase="finetune",
+            after_step=at_rung if rung_at else None,
         )
     seconds["finetune"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    windows = eval_windows(setup.corpus.val, cfg.block_size, budget.eval_tokens)
     ppl = math.exp(mean_loss(model, windows))
     speed = tokens_per_second(model, windows[0][: budget.batch_size])
     seconds["eval"] = time.perf_counter() - start
@@ -162,4 +195,5 @@ def run_trial(
         method=hp.method,
         tokens_per_s=speed,
         phase_seconds=seconds,
+        curve=curve,
     )

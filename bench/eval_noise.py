@@ -1,0 +1,86 @@
+"""How stable is a trial's perplexity to the choice of validation tokens?
+
+    python -m bench.eval_noise [--study studies/tinyshakespeare.toml]
+
+The default study's dense checkpoint (trained first if it is not cached) scored on disjoint
+slices of the validation split at several sizes: the spread between slices of one size is the
+noise a single slice of that size carries. For the whole split, which cannot be cut into
+disjoint copies of itself, the standard error of the mean loss over its windows (windows of
+``block_size`` characters, nearly independent) gives the same figure: perplexity is exp(mean
+loss), so an error of e in the mean loss is a relative error of about e in the perplexity.
+Target (issue 11): the study's evaluation stable to 0.2%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+from pathlib import Path
+
+import torch
+
+from bench.common import print_json, print_table
+from orchestrator.config import load_study_config
+from orchestrator.runner import prepare_inputs
+from trainers.pretrain import ensure_dense_checkpoint, load_dense
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@torch.no_grad()
+def window_losses(model, tokens: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Mean next-token loss of every non-overlapping window of the split."""
+    n = (len(tokens) - 1) // block_size
+    x = tokens[: n * block_size].view(n, block_size)
+    y = tokens[1 : n * block_size + 1].view(n, block_size)
+    model.eval()
+    losses = []
+    for i in range(0, n, 64):
+        logits, _ = model(x[i : i + 64])
+        loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), y[i : i + 64], reduction="none")
+        losses.append(loss.mean(dim=1))
+    return torch.cat(losses)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--study", type=Path, default=REPO / "studies" / "tinyshakespeare.toml")
+    parser.add_argument("--artifacts", type=Path, default=REPO / "runs" / "artifacts")
+    args = parser.parse_args()
+    cfg = load_study_config(args.study)
+    corpus, model_cfg = prepare_inputs(cfg)
+    dense = ensure_dense_checkpoint(
+        corpus,
+        model_cfg,
+        cfg.pretrain,
+        args.artifacts,
+        eval_tokens=cfg.budget.eval_tokens,
+        shipped_dir=args.study.parent / "checkpoints",
+    )
+    model = load_dense(dense, torch.device("cpu"))
+    losses = window_losses(model, corpus.val, model_cfg.block_size)
+    n_windows = len(losses)
+    rows, report = [], {"windows": n_windows, "block_size": model_cfg.block_size, "slices": {}}
+    for parts in (16, 8, 4, 2):
+        size = n_windows // parts
+        ppl = [math.exp(losses[k * size : (k + 1) * size].mean().item()) for k in range(parts)]
+        spread = (max(ppl) - min(ppl)) / statistics.mean(ppl)
+        sd = statistics.stdev(ppl) / statistics.mean(ppl)
+        rows.append([f"{size * model_cfg.block_size:,}", str(parts), f"{sd:.2%}", f"{spread:.2%}"])
+        report["slices"][size * model_cfg.block_size] = {"ppl": ppl, "relative_sd": sd}
+    whole_se = (losses.std() / math.sqrt(n_windows)).item()
+    rows.append([f"{n_windows * model_cfg.block_size:,} (whole split)", "1", f"{whole_se:.2%} (s.e.)", "-"])
+    report["whole_split_relative_se"] = whole_se
+    report["study_eval_tokens"] = cfg.budget.eval_tokens
+    print_table(
+        f"dense checkpoint scored on disjoint validation slices (perplexity {dense.val_perplexity:.3f})",
+        ["tokens per slice", "slices", "relative sd of perplexity", "max - min / mean"],
+        rows,
+    )
+    print(f"target: stable to 0.2%: {'met' if whole_se <= 0.002 else 'not met'} at the whole split")
+    print_json("eval_noise", report)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""Pareto-aware early stopping on synthetic learning curves: who goes on at a rung, who stops."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import optuna
+import pytest
+from ray.tune.schedulers import TrialScheduler
+
+from orchestrator.config import EarlyStopping, load_study_config
+from orchestrator.early_stopping import (
+    RUNG_KEY,
+    ParetoHalving,
+    ParetoHalvingScheduler,
+    exclusive_contributions,
+    nondominated_ranks,
+    pareto_order,
+)
+from orchestrator.runner import _scheduler
+
+
+def curve(final: float, start: float, fraction: float) -> float:
+    """A synthetic learning curve: perplexity falls from ``start`` toward ``final``."""
+    return final + (start - final) * math.exp(-5 * fraction)
+
+
+def test_rungs_are_the_fractions_below_one():
+    assert EarlyStopping(enabled=False).rungs() == []
+    assert EarlyStopping(enabled=True).rungs() == pytest.approx([1 / 9, 1 / 3])
+    assert EarlyStopping(enabled=True, reduction_factor=2, min_fraction=0.25).rungs() == [0.25, 0.5]
+
+
+def test_nondominated_ranks_peel_fronts():
+    points = [(5.0, 100), (4.0, 200), (4.5, 200), (6.0, 300), (3.0, 300)]
+    assert nondominated_ranks(points) == [0, 0, 1, 2, 0]
+
+
+def test_contributions_prefer_points_far_below_their_neighbours():
+    front = [(6.0, 100), (5.9, 200), (4.0, 300), (3.9, 400)]
+    contribution = exclusive_contributions(front)
+    assert contribution[0] == contribution[3] == math.inf  # the ends
+    assert contribution[2] > contribution[1]  # 4.0 drops 1.9 below its neighbour, 5.9 only 0.1
+    assert pareto_order(front)[:2] == [0, 3]  # ends first, the cheap one before the other
+
+
+def test_front_point_goes_on_and_dominated_point_stops():
+    halving = ParetoHalving(n_rungs=2, reduction_factor=3)
+    at = 1 / 9
+    sizes = {"small": 100, "mid": 200, "large": 300}
+    assert halving.decide(0, "a", (curve(6.0, 9.0, at), sizes["small"]))
+    assert halving.decide(0, "b", (curve(5.0, 8.0, at), sizes["mid"]))
+    assert halving.decide(0, "c", (curve(4.0, 7.0, at), sizes["large"]))
+    # As large as "c" and worse than "b": dominated, outside the top ceil(4 / 3) = 2.
+    assert not halving.decide(0, "bad lr", (curve(5.5, 9.5, at), sizes["large"]))
+    # Between "b" and "c" in size, better than "b": on the rung's front, goes on.
+    assert halving.decide(0, "good", (curve(4.4, 7.4, at), 250))
+
+
+def test_cheap_end_is_never_starved():
+    """The smallest model has by far the worst perplexity; ranking perplexity alone (Tune's
+    ASHA) would stop it at every rung."""
+    halving = ParetoHalving(n_rungs=1, reduction_factor=3)
+    for i, ppl in enumerate([4.0, 4.1, 4.2, 4.3, 4.4, 4.5]):
+        halving.decide(0, f"large{i}", (ppl, 800 - 10 * i))
+    assert halving.decide(0, "tiny", (9.0, 100))
+    assert sorted(halving.pools[0].values())[-1] == (9.0, 100)
+
+
+def test_top_fraction_of_dominated_points_goes_on():
+    """One size only: a single-objective ASHA; the best ceil(n / eta) go on."""
+    halving = ParetoHalving(n_rungs=1, reduction_factor=2)
+    assert halving.decide(0, "a", (5.0, 100))
+    assert not halving.decide(0, "b", (5.2, 100))  # n 2, top 1: dominated by a
+    assert halving.decide(0, "c", (5.1, 100))  # n 3, top 2: dominated, yet second of three
+    assert not halving.decide(0, "d", (5.3, 100))  # n 4, top 2
+
+
+def test_rungs_are_separate_pools():
+    halving = ParetoHalving(n_rungs=2, reduction_factor=3)
+    halving.decide(0, "a", (5.0, 100))
+    assert not halving.decide(0, "b", (5.5, 100))
+    assert halving.decide(1, "a", (4.0, 100))
+    assert halving.pools[1] == {"a": (4.0, 100.0)}
+
+
+def _trial(number: int, method: str = "random") -> SimpleNamespace:
+    return SimpleNamespace(
+        trial_id=f"t{number}", config={"optuna_trial": number, "hparams": {"method": method}}
+    )
+
+
+def _rung(rung: int, ppl: float, params: int) -> dict:
+    return {RUNG_KEY: rung, "val_perplexity": ppl, "n_params": params}
+
+
+def test_scheduler_decides_on_arrival_with_two_workers():
+    """Asynchronous: each report is decided when it comes, against what reached that rung so
+    far; no trial waits for the rung to fill. Two workers interleave their trials' reports."""
+    scheduler = ParetoHalvingScheduler(ParetoHalving(n_rungs=2, reduction_factor=3))
+    go, stop = TrialScheduler.CONTINUE, TrialScheduler.STOP
+    worker1, worker2 = _trial(1), _trial(2)
+    assert scheduler.on_trial_result(None, worker1, _rung(0, 6.0, 200)) == go  # alone at rung 0
+    assert scheduler.on_trial_result(None, worker1, _rung(1, 5.0, 200)) == go  # alone at rung 1
+    # Worker 2's trial reaches rung 0 while worker 1's is past it: dominated (bigger, worse).
+    assert scheduler.on_trial_result(None, worker2, _rung(0, 6.5, 300)) == stop
+    worker2 = _trial(3)  # worker 2 takes the next trial: smaller, so on the front
+    assert scheduler.on_trial_result(None, worker2, _rung(0, 7.0, 100)) == go
+    assert scheduler.on_trial_result(None, worker1, {"val_perplexity": 4.5, "n_params": 200}) == go  # final
+    assert scheduler.on_trial_result(None, worker2, _rung(1, 5.5, 100)) == go
+
+
+def test_scheduler_never_stops_the_dense_control():
+    scheduler = ParetoHalvingScheduler(ParetoHalving(n_rungs=1, reduction_factor=3))
+    scheduler.on_trial_result(None, _trial(1), _rung(0, 4.0, 100))
+    control = _trial(0, method="dense")
+    assert scheduler.on_trial_result(None, control, _rung(0, 9.0, 900)) == TrialScheduler.CONTINUE
+    assert 0 not in scheduler.halving.pools[0]
+
+
+def test_failed_trial_is_forgotten():
+    scheduler = ParetoHalvingScheduler(ParetoHalving(n_rungs=1, reduction_factor=3))
+    scheduler.on_trial_result(None, _trial(1), _rung(0, 4.0, 100))
+    scheduler.on_trial_error(None, _trial(1))
+    assert scheduler.halving.pools[0] == {}
+
+
+def test_resumed_scheduler_starts_with_the_finished_trials_points(tmp_path):
+    """The database is the source of truth: a restarted driver's pools hold the rung points of
+    the COMPLETE and PRUNED trials (not the dense control's, not a failed one's)."""
+    study_file = tmp_path / "s.toml"
+    study_file.write_text(
+        '[study]\nname = "s"\n[corpus]\npath = "x.txt"\n[early_stopping]\nenabled = true\n', encoding="utf-8"
+    )
+    cfg = load_study_config(study_file)
+    study = optuna.create_study(directions=["minimize", "minimize"])
+    distributions: dict = {}
+
+    def add(state, attrs, values=None):
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=state, values=values, params={}, distributions=distributions, user_attrs=attrs
+            )
+        )
+
+    curve_a = [[0, 11, 6.0], [1, 33, 5.0]]
+    add(
+        optuna.trial.TrialState.COMPLETE,
+        {"dense_control": True, "curve": [[0, 11, 4.0]], "n_params": 900},
+        [4, 900],
+    )
+    add(optuna.trial.TrialState.COMPLETE, {"curve": curve_a, "n_params": 200}, [4.5, 200])
+    add(optuna.trial.TrialState.PRUNED, {"curve": [[0, 11, 7.0]], "n_params": 300})
+    add(optuna.trial.TrialState.FAIL, {"curve": [[0, 11, 3.0]], "n_params": 100})
+    scheduler = _scheduler(cfg, study, n_rungs=2)
+    assert scheduler.halving.pools == [{1: (6.0, 200.0), 2: (7.0, 300.0)}, {1: (5.0, 200.0)}]
+
+
+@pytest.fixture(scope="module")
+def stopped_study(tmp_path_factory):
+    """The smoke study with early stopping on, every trial the same size (so a trial with a worse
+    learning rate is dominated at a rung), two trials at once: 6 finished trials asked for."""
+    from helpers import SMOKE, launch, leftover_ray_processes, ray_processes
+
+    work = tmp_path_factory.mktemp("early")
+    before = ray_processes()
+    overrides = [
+        "early_stopping.enabled=true",
+        "search.sparsity=0.5",
+        "study.cpus_per_trial=1",
+        "study.max_concurrent=2",
+    ]
+    run = launch("run", str(SMOKE), "--n-trials", "6", *(f"--set={o}" for o in overrides), cwd=work)
+    leftover = leftover_ray_processes(before)
+    status = launch(
+        "status", "--storage", f"sqlite:///{work}/runs/smoke.db", "--study-name", "smoke", cwd=work
+    )
+    from orchestrator.storage import open_store
+
+    store = open_store(f"sqlite:///{work}/runs/smoke.db")
+    study = optuna.load_study(study_name="smoke", storage=store.storage)
+    return {"run": run, "status": status, "store": store, "study": study, "leftover": leftover}
+
+
+@pytest.mark.slow
+def test_study_with_early_stopping_ends_with_the_asked_finished_trials(stopped_study):
+    assert stopped_study["run"].returncode == 0, stopped_study["run"].stderr[-3000:]
+    assert not stopped_study["leftover"]
+    trials = stopped_study["study"].get_trials()
+    states = [t.state for t in trials]
+    pruned = [t for t in trials if t.state == optuna.trial.TrialState.PRUNED]
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(pruned) + len(complete) == 6
+    assert pruned, "no trial was stopped early"
+    assert optuna.trial.TrialState.RUNNING not in states
+    assert complete[0].user_attrs.get("dense_control") is True  # never stopped
+    for t in pruned:
+        attrs = t.user_attrs
+        assert 0 < attrs["stopped_at_step"] < attrs["finetune_steps"]
+        assert attrs["saved_steps"] == attrs["finetune_steps"] - attrs["stopped_at_step"]
+        assert attrs["curve"][-1][1:] == [attrs["stopped_at_step"], attrs["rung_val_perplexity"]]
+    for t in complete[1:]:
+        assert [point[0] for point in t.user_attrs["curve"]] == [0, 1]  # both rungs reached
+
+
+@pytest.mark.slow
+def test_frontier_table_and_status_with_stopped_trials(stopped_study):
+    from helpers import expected_front, frontier_triples
+
+    from orchestrator.storage import read_frontier
+
+    rows = read_frontier(stopped_study["store"], "smoke")
+    complete = {
+        t.number for t in stopped_study["study"].get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    }
+    assert rows and {r["trial_number"] for r in rows} <= complete
+    assert frontier_triples(rows) == expected_front(stopped_study["study"])
+    out = stopped_study["status"].stdout
+    n_pruned = len(stopped_study["study"].get_trials(states=(optuna.trial.TrialState.PRUNED,)))
+    assert f"stopped early: {n_pruned} trials (PRUNED)" in out
+    assert "dense checkpoint: perplexity" in out
