@@ -68,7 +68,9 @@ def test_l0_penalty_sparsity_follows_lambda(setup):
     assert none.sparsity == 0.0  # log_alpha starts at 2: without pressure every gate stays open
     strong = run_trial(
         setup,
-        TrialHParams(method="l0_penalty", l0_lambda=50.0, gate_lr_mult=500.0, schedule_shape="one_shot"),
+        TrialHParams(
+            method="l0_penalty", l0_lambda=50.0, lr=1e-3, gate_lr_mult=500.0, schedule_shape="one_shot"
+        ),
     )
     assert strong.sparsity > 0.0
     assert min(strong.heads_per_layer) >= 1
