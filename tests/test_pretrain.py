@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -50,16 +51,18 @@ def test_the_step_cap_ends_it_when_no_plateau_comes():
     assert trained == 1200
 
 
-def test_a_shipped_checkpoint_is_used_instead_of_training(tmp_path, small_text):
+def test_a_shipped_checkpoint_is_used_instead_of_training(tmp_path, small_text, monkeypatch):
     corpus = CharCorpus.load(small_text, block_size=16)
     model = ModelConfig(vocab_size=corpus.vocab_size, block_size=16, n_layer=1, n_head=2, d_model=16)
     pretrain = PretrainConfig(steps=6, batch_size=4, warmup_steps=1, until_converged=True, eval_every=2)
     built = ensure_dense_checkpoint(corpus, model, pretrain, tmp_path / "a", eval_tokens=64)
     assert not built.reused
+    monkeypatch.chdir(tmp_path)  # a study file given by a relative path: its checkpoints/ too
     shipped = ensure_dense_checkpoint(
-        corpus, model, pretrain, tmp_path / "b", eval_tokens=64, shipped_dir=tmp_path / "a" / "dense"
+        corpus, model, pretrain, Path("b"), eval_tokens=64, shipped_dir=Path("a/dense")
     )
-    assert shipped.reused and shipped.path == built.path
+    # Absolute: trial workers run in folders of Ray's, where a relative path finds nothing.
+    assert shipped.reused and shipped.path == built.path and shipped.path.is_absolute()
     assert shipped.val_perplexity == built.val_perplexity
     assert not (tmp_path / "b").exists()  # nothing trained, nothing written
     other = PretrainConfig(steps=7, batch_size=4, warmup_steps=1)  # another key: trained anew

@@ -82,7 +82,9 @@ class UntilConverged:
 
 
 def _read_checkpoint(folder: Path, model_cfg: ModelConfig) -> DenseCheckpoint | None:
-    weights, meta_file = folder / "model.pt", folder / "meta.json"
+    """The checkpoint in ``folder``, if there is one; its path absolute, since trial workers
+    run in folders of Ray's."""
+    weights, meta_file = folder.resolve() / "model.pt", folder / "meta.json"
     if not (weights.is_file() and meta_file.is_file()):
         return None
     meta = json.loads(meta_file.read_text())
@@ -154,7 +156,7 @@ def ensure_dense_checkpoint(
     tmp_meta.write_text(json.dumps(meta, indent=2))
     os.replace(tmp_weights, weights)
     os.replace(tmp_meta, meta_file)
-    return DenseCheckpoint(weights, model_cfg, ppl, seconds, reused=False)
+    return DenseCheckpoint(weights.resolve(), model_cfg, ppl, seconds, reused=False)
 
 
 def load_dense(checkpoint: DenseCheckpoint, device: torch.device) -> LanguageModel:
