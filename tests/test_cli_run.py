@@ -147,7 +147,7 @@ def test_second_run_reuses_the_dense_checkpoint(smoke):
 def test_a_finished_study_run_again_does_no_work(smoke):
     third = launch("run", str(SMOKE), "--n-trials", "4", cwd=smoke["work"])
     assert third.returncode == 0
-    assert "already holds 4 complete trials" in third.stderr
+    assert "already holds 4 finished trials" in third.stderr
     assert len(smoke["study"].get_trials()) == 4
 
 
