@@ -27,9 +27,9 @@ import torch
 
 from bench.common import print_json, print_table
 from orchestrator.config import load_study_config
-from orchestrator.runner import prepare_inputs
+from orchestrator.runner import prepare_inputs, study_dense_checkpoint
 from trainers.model import prune_heads
-from trainers.pretrain import ensure_dense_checkpoint, load_dense
+from trainers.pretrain import load_dense
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -56,14 +56,7 @@ def main() -> None:
     args = parser.parse_args()
     cfg = load_study_config(args.study)
     corpus, model_cfg = prepare_inputs(cfg)
-    dense = ensure_dense_checkpoint(
-        corpus,
-        model_cfg,
-        cfg.pretrain,
-        args.artifacts,
-        eval_tokens=cfg.budget.eval_tokens,
-        shipped_dir=args.study.parent / "checkpoints",
-    )
+    dense = study_dense_checkpoint(cfg, corpus, model_cfg, args.artifacts)
     model = load_dense(dense, torch.device("cpu"))
     generator = torch.Generator().manual_seed(0)
     keep = [

@@ -42,10 +42,9 @@ import torch
 from bench.common import print_json, print_table
 from orchestrator.config import load_study_config
 from orchestrator.report import normalised_hypervolume
-from orchestrator.runner import RunOptions, prepare_inputs, run_study
+from orchestrator.runner import RunOptions, prepare_inputs, run_study, study_dense_checkpoint
 from orchestrator.search_space import Range, SearchSpace
 from trainers.hparams import TrialHParams
-from trainers.pretrain import ensure_dense_checkpoint
 from trainers.trial import TrialSetup, run_trial
 
 REPO = Path(__file__).resolve().parent.parent
@@ -213,14 +212,7 @@ def main() -> None:
     cfg = load_study_config(STUDY, args.set)
     artifacts = args.artifacts.resolve()
     corpus, model_cfg = prepare_inputs(cfg)
-    checkpoint = ensure_dense_checkpoint(
-        corpus,
-        model_cfg,
-        cfg.pretrain,
-        artifacts,
-        eval_tokens=cfg.budget.eval_tokens,
-        shipped_dir=STUDY.parent / "checkpoints",
-    )
+    checkpoint = study_dense_checkpoint(cfg, corpus, model_cfg, artifacts)
     torch.set_num_threads(max(1, int(cfg.study.cpus_per_trial)))
     budget_s = args.budget_minutes * 60
     sparsity = cfg.search.entries["sparsity"]

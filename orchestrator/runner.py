@@ -67,6 +67,23 @@ def prepare_inputs(cfg: StudyConfig) -> tuple[CharCorpus, ModelConfig]:
     return corpus, ModelConfig(vocab_size=corpus.vocab_size, **cfg.model)
 
 
+def study_dense_checkpoint(
+    cfg: StudyConfig, corpus: CharCorpus, model_cfg: ModelConfig, artifacts: Path, progress=None
+) -> DenseCheckpoint:
+    """The study's dense checkpoint: cached under ``artifacts``, shipped in ``checkpoints/``
+    beside the study file, or pretrained now."""
+    return ensure_dense_checkpoint(
+        corpus,
+        model_cfg,
+        cfg.pretrain,
+        artifacts,
+        eval_tokens=cfg.budget.eval_tokens,
+        device=cfg.budget.device,
+        progress=progress,
+        shipped_dir=cfg.source.parent / "checkpoints",
+    )
+
+
 def _sampler(cfg: StudyConfig, store: StudyStore, name: str) -> optuna.samplers.BaseSampler:
     # Seeded by the trials already asked, so a resumed study does not replay its start points.
     asked = 0
@@ -120,16 +137,7 @@ def _run_leased(
     )
     dense = None
     if driver.n_finished < opts.n_trials:
-        dense = ensure_dense_checkpoint(
-            corpus,
-            model_cfg,
-            cfg.pretrain,
-            opts.artifacts,
-            eval_tokens=cfg.budget.eval_tokens,
-            device=cfg.budget.device,
-            progress=PhaseProgress(),
-            shipped_dir=cfg.source.parent / "checkpoints",
-        )
+        dense = study_dense_checkpoint(cfg, corpus, model_cfg, opts.artifacts, progress=PhaseProgress())
         say(
             f"dense model: val perplexity {dense.val_perplexity:.3f} "
             f"({'reused ' + str(dense.path) if dense.reused else f'pretrained in {dense.seconds:.0f}s'})"
@@ -206,9 +214,10 @@ def _scheduler(cfg: StudyConfig, study: optuna.Study, n_rungs: int):
     for trial in study.get_trials(deepcopy=False, states=FINISHED):
         if trial.user_attrs.get("dense_control"):
             continue
+        params = trial.values[1] if trial.values else trial.user_attrs.get("n_params")
         for rung, _step, ppl in trial.user_attrs.get("curve", []):
             if int(rung) < n_rungs:
-                halving.record(int(rung), trial.number, (ppl, trial.user_attrs["n_params"]))
+                halving.record(int(rung), trial.number, (ppl, params))
     return ParetoHalvingScheduler(halving)
 
 
