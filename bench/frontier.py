@@ -38,6 +38,7 @@ from pathlib import Path
 
 import optuna
 import torch
+from ray.tune.stopper import Stopper
 
 from bench.common import print_json, print_table
 from orchestrator.config import load_study_config
@@ -119,14 +120,39 @@ def sweep_arm(setup: TrialSetup, hparams_at, budget_s: float, dense: dict) -> li
     return points
 
 
+class DefineByRun:
+    """OptunaSearch's space: the study's own suggest, conditions included. A module-level class,
+    since Tune pickles its searcher (and stopper) into the experiment folder."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.space = space
+
+    def __call__(self, trial: optuna.Trial) -> None:
+        self.space.suggest(trial)
+
+
+class TrialTimeBudget(Stopper):
+    """Ends the experiment once the finished trials' own seconds add up to the budget, and keeps
+    their points (runs in the driver; Tune's result files are off in this process, see runner)."""
+
+    def __init__(self, budget_s: float) -> None:
+        self.budget_s, self.spent, self.points = budget_s, 0.0, []
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        self.spent += result.get("seconds", 0.0)
+        if "ppl" in result:
+            self.points.append({k: result[k] for k in ("method", "sparsity", "ppl", "params", "seconds")})
+        return False
+
+    def stop_all(self) -> bool:
+        return self.spent >= self.budget_s
+
+
 def plain_tune_arm(cfg, setup: TrialSetup, seed: int, budget_s: float) -> list[dict]:
     """Ray Tune + OptunaSearch, as a user would write it: TPE on both objectives."""
     import ray
     from ray import tune
     from ray.tune.search.optuna import OptunaSearch
-
-    def space(trial: optuna.Trial) -> None:
-        cfg.search.suggest(trial)  # define-by-run: the study's own space and conditions
 
     def trainable(config: dict) -> None:
         torch.set_num_threads(max(1, int(cfg.study.cpus_per_trial)))
@@ -134,37 +160,23 @@ def plain_tune_arm(cfg, setup: TrialSetup, seed: int, budget_s: float) -> list[d
         result = run_trial(setup, TrialHParams(**{**cfg.search.control_point(), **config}))
         tune.report(point(result, time.perf_counter() - start) | {"val_perplexity": result.val_perplexity})
 
-    class Budget(tune.stopper.Stopper):
-        def __init__(self) -> None:
-            self.spent = 0.0
-
-        def __call__(self, trial_id: str, result: dict) -> bool:
-            self.spent += result.get("seconds", 0.0)
-            return False
-
-        def stop_all(self) -> bool:
-            return self.spent >= budget_s
-
     cpus = max(1, math.ceil(cfg.study.cpus_per_trial))
     ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             searcher = OptunaSearch(
-                space,
+                DefineByRun(cfg.search),
                 metric=["val_perplexity", "params"],
                 mode=["min", "min"],
                 sampler=optuna.samplers.TPESampler(seed=seed),
             )
-            results = tune.Tuner(
+            budget = TrialTimeBudget(budget_s)
+            tune.Tuner(
                 tune.with_resources(trainable, {"cpu": cfg.study.cpus_per_trial}),
                 tune_config=tune.TuneConfig(search_alg=searcher, num_samples=-1, max_concurrent_trials=1),
-                run_config=tune.RunConfig(storage_path=tmp, stop=Budget(), verbose=0),
+                run_config=tune.RunConfig(storage_path=tmp, stop=budget, verbose=0),
             ).fit()
-            return [
-                {k: r.metrics[k] for k in ("method", "sparsity", "ppl", "params", "seconds")}
-                for r in results
-                if r.metrics and "ppl" in r.metrics
-            ]
+            return budget.points
     finally:
         ray.shutdown()
 
