@@ -65,10 +65,10 @@ def exclusive_contributions(points: Sequence[Point]) -> list[float]:
     return contribution
 
 
-def pareto_order(points: Sequence[Point]) -> list[int]:
+def pareto_order(points: Sequence[Point], ranks: Sequence[int] | None = None) -> list[int]:
     """Indices from best to worst: by non-dominated rank, then by exclusive contribution (larger
     first), then fewer parameters (ties between the two ends go to the cheap one)."""
-    ranks = nondominated_ranks(points)
+    ranks = nondominated_ranks(points) if ranks is None else ranks
     contribution = [0.0] * len(points)
     for rank in set(ranks):
         members = [i for i in range(len(points)) if ranks[i] == rank]
@@ -99,10 +99,11 @@ class ParetoHalving:
         keys = list(self.pools[rung])
         points = [self.pools[rung][k] for k in keys]
         mine = keys.index(key)
-        if nondominated_ranks(points)[mine] == 0:
+        ranks = nondominated_ranks(points)
+        if ranks[mine] == 0:
             return True  # the best seen at its size: stopping it would leave a hole in the front
         keep = math.ceil(len(points) / self.reduction_factor)
-        return pareto_order(points).index(mine) < keep
+        return pareto_order(points, ranks).index(mine) < keep
 
 
 class ParetoHalvingScheduler(FIFOScheduler):

@@ -145,7 +145,7 @@ def run_trial(
     # Methods that trained no weights while pruning get those steps here: equal budgets for all.
     steps = budget.finetune_steps + budget.prune_steps - outcome.trained_steps
     windows = eval_windows(setup.corpus.val, cfg.block_size, budget.eval_tokens)
-    n_params = count_parameters(model)[0]
+    total, nonembed = count_parameters(model)  # fixed once the heads are removed
     curve: list[list[float]] = []
     rung_at: dict[int, int] = {}  # fine-tuning step -> rung (two rungs on one step: the first)
     for rung, fraction in enumerate(rungs):
@@ -156,7 +156,7 @@ def run_trial(
             ppl = math.exp(mean_loss(model, windows))
             curve.append([rung_at[step], step, ppl])
             if report_rung is not None:
-                report_rung(RungReport(rung_at[step], step, steps, ppl, n_params))
+                report_rung(RungReport(rung_at[step], step, steps, ppl, total))
         return False
 
     if steps:
@@ -183,7 +183,6 @@ def run_trial(
         save_pruned(
             model, setup.corpus.vocab, save_dir, extra={"hparams": hp.to_dict(), "val_perplexity": ppl}
         )
-    total, nonembed = count_parameters(model)
     n_kept = sum(len(k) for k in outcome.keep)
     return TrialResult(
         val_perplexity=ppl,
