@@ -4,8 +4,9 @@
                              [--set trial.finetune_steps=300 ...]
 
 Every arm of one seed starts from the same dense checkpoint and spends the same budget of trial
-wall time (``--budget-minutes``, one trial at a time with the study's threads): it starts trials
-until the finished ones' time adds up to the budget, so the last one may run past it; the table
+CPU time (``--budget-minutes`` of CPU, one trial at a time with the study's threads; CPU time,
+not wall time, so that seeds may run side by side in separate processes): it starts trials until
+the finished ones' CPU time adds up to the budget, so the last one may run past it; the table
 shows what each arm used. The arms:
 
 - ``searched``: the default study as ``launch-study run`` runs it (Ray Tune + Optuna, early
@@ -18,8 +19,9 @@ shows what each arm used. The arms:
   same search space, no early stopping, no dense control, no start-up spread: a user's own
   search.
 
-Each seed also runs the dense control once (nothing sampled, as the study's trial 0); every
-arm's front is normalised by it: perplexity / dense, parameters / dense, reference point (2, 1).
+Each seed also runs the dense control once (nothing sampled, as the study's trial 0); it is
+free for the arms without one of their own (the searched arm runs and pays for its own), and
+every arm's front is normalised by it: perplexity / dense, parameters / dense, reference point (2, 1).
 Per arm: the hypervolume, the best perplexity / dense among points with >= 50% and >= 75% of the
 heads removed, the trials finished and the configurations per CPU-hour. Targets (issue 11): the
 searched hypervolume beats every other arm on the mean and on at least 2 of 3 seeds; at 50%
@@ -29,10 +31,10 @@ removed its best point is within 2% of the dense control, at 75% within 10%.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -54,20 +56,18 @@ ARMS = ("searched", "random", "importance", "l0_penalty", "plain_tune")
 LAMBDA_RANGE = (0.1, 10.0)
 
 
-def point(result, seconds: float) -> dict:
+def point(result) -> dict:
     return {
         "method": result.method,
         "sparsity": result.sparsity,
         "ppl": result.val_perplexity,
         "params": result.n_params,
-        "seconds": seconds,
+        "seconds": result.cpu_seconds,
     }
 
 
 def timed_trial(setup: TrialSetup, hp: TrialHParams) -> dict:
-    start = time.perf_counter()
-    result = run_trial(setup, hp)
-    return point(result, time.perf_counter() - start)
+    return point(run_trial(setup, hp))
 
 
 def searched_arm(cfg, seed: int, budget_s: float, artifacts: Path) -> list[dict]:
@@ -79,7 +79,7 @@ def searched_arm(cfg, seed: int, budget_s: float, artifacts: Path) -> list[dict]
             max_concurrent=1,
             artifacts=artifacts,
             output_csv=Path(tmp) / "front.csv",
-            trial_seconds_budget=budget_s,
+            trial_cpu_seconds_budget=budget_s,
         )
         run_study(replace(cfg, study=replace(cfg.study, seed=seed)), opts)
         study = optuna.load_study(study_name="frontier", storage=opts.storage_url)
@@ -92,11 +92,11 @@ def searched_arm(cfg, seed: int, budget_s: float, artifacts: Path) -> list[dict]
                         "sparsity": t.user_attrs["sparsity"],
                         "ppl": t.values[0],
                         "params": int(t.values[1]),
-                        "seconds": t.user_attrs["wall_seconds"],
+                        "seconds": t.user_attrs["cpu_seconds"],
                     }
                 )
             else:  # stopped early: its compute counts, it has no final point
-                points.append({"method": "pruned", "seconds": t.user_attrs["wall_seconds"]})
+                points.append({"method": "pruned", "seconds": t.user_attrs["cpu_seconds"]})
         return points
 
 
@@ -107,9 +107,9 @@ def l0_penalty_at(index: int) -> TrialHParams:
 
 
 def sweep_arm(setup: TrialSetup, hparams_at, budget_s: float, dense: dict) -> list[dict]:
-    """Trials ``hparams_at(0), hparams_at(1), ...`` until the budget is spent; the dense
-    control's time counts, as the searched arm's own does."""
-    points, spent, index = [dense], dense["seconds"], 0
+    """Trials ``hparams_at(0), hparams_at(1), ...`` until the budget is spent (the dense
+    control's point is free: a sweep needs none)."""
+    points, spent, index = [dense], 0.0, 0
     while spent < budget_s:
         p = timed_trial(setup, hparams_at(index))
         points.append(p)
@@ -156,9 +156,8 @@ def plain_tune_arm(cfg, setup: TrialSetup, seed: int, budget_s: float) -> list[d
 
     def trainable(config: dict) -> None:
         torch.set_num_threads(max(1, int(cfg.study.cpus_per_trial)))
-        start = time.perf_counter()
         result = run_trial(setup, TrialHParams(**{**cfg.search.control_point(), **config}))
-        tune.report(point(result, time.perf_counter() - start) | {"val_perplexity": result.val_perplexity})
+        tune.report(point(result) | {"val_perplexity": result.val_perplexity})
 
     cpus = max(1, math.ceil(cfg.study.cpus_per_trial))
     ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
@@ -183,22 +182,23 @@ def plain_tune_arm(cfg, setup: TrialSetup, seed: int, budget_s: float) -> list[d
 
 def summarise(points: list[dict], dense: dict) -> dict:
     finished = [p for p in points if "ppl" in p]
+    paid = [p for p in points if not p.get("free")]  # the shared dense control is free to sweeps
 
     def best_from(removed: float) -> float | None:
         ppl = [p["ppl"] for p in finished if p["sparsity"] >= removed - 1e-9]
         return min(ppl) / dense["ppl"] if ppl else None
 
-    seconds = sum(p["seconds"] for p in points)
+    seconds = sum(p["seconds"] for p in paid)
     return {
         "hypervolume": normalised_hypervolume(
             [(p["ppl"], p["params"]) for p in finished], (dense["ppl"], dense["params"])
         ),
         "ppl_ratio_50": best_from(0.5),
         "ppl_ratio_75": best_from(0.75),
-        "trials": len(points),
-        "complete": len(finished),
+        "trials": len(paid),
+        "complete": sum("ppl" in p for p in paid),
         "minutes": seconds / 60,
-        "trials_per_cpu_hour": len(points) / max(1e-9, seconds) * 3600,
+        "trials_per_cpu_hour": len(paid) / max(1e-9, seconds) * 3600,
     }
 
 
@@ -211,59 +211,48 @@ def mean_and_range(values: list[float | None]) -> str:
     return f"{statistics.mean(values):.4f} [{min(values):.4f}, {max(values):.4f}]"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--budget-minutes", type=float, default=25.0, help="trial wall time per arm and seed")
-    parser.add_argument("--arms", default=",".join(ARMS))
-    parser.add_argument("--set", action="append", default=[], help="a study-file override, as the CLI's")
-    parser.add_argument("--artifacts", type=Path, default=REPO / "runs" / "artifacts")
-    args = parser.parse_args()
-    arms = args.arms.split(",")
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    cfg = load_study_config(STUDY, args.set)
-    artifacts = args.artifacts.resolve()
-    corpus, model_cfg = prepare_inputs(cfg)
-    checkpoint = study_dense_checkpoint(cfg, corpus, model_cfg, artifacts)
-    torch.set_num_threads(max(1, int(cfg.study.cpus_per_trial)))
-    budget_s = args.budget_minutes * 60
+def run_seed(cfg, seed: int, arms: list[str], budget_s: float, artifacts: Path, inputs) -> dict:
+    corpus, checkpoint = inputs
     sparsity = cfg.search.entries["sparsity"]
     spread = SearchSpace({"sparsity": sparsity, "l0_lambda": Range(*LAMBDA_RANGE)})
-    per_seed: list[dict] = []
-    for seed in range(args.seeds):
-        setup = TrialSetup(corpus, checkpoint, cfg.budget, seed)
-        dense = timed_trial(setup, TrialHParams(**cfg.search.control_point()))
-        print(f"seed {seed}: dense control ppl {dense['ppl']:.3f} ({dense['seconds']:.0f}s)", flush=True)
-        found: dict[str, list[dict]] = {}
-        for arm in arms:
-            print(f"  arm {arm}", flush=True)
-            if arm == "searched":
-                found[arm] = searched_arm(cfg, seed, budget_s, artifacts)
-            elif arm in ("random", "importance"):
-                found[arm] = sweep_arm(
-                    setup,
-                    lambda i, m=arm: TrialHParams(method=m, sparsity=spread.spread("sparsity", i)),
-                    budget_s,
-                    dense,
-                )
-            elif arm == "l0_penalty":
-                found[arm] = sweep_arm(setup, l0_penalty_at, budget_s, dense)
-            elif arm == "plain_tune":
-                found[arm] = [dense, *plain_tune_arm(cfg, setup, seed, budget_s)]
-            else:
-                raise SystemExit(f"unknown arm {arm!r}; choose from {', '.join(ARMS)}")
-        summary = {arm: summarise(points, dense) for arm, points in found.items()}
-        per_seed.append({"seed": seed, "dense": dense, "summary": summary, "arms": found})
+    setup = TrialSetup(corpus, checkpoint, cfg.budget, seed)
+    dense = timed_trial(setup, TrialHParams(**cfg.search.control_point()))
+    free_dense = {**dense, "free": True}  # for the arms that run no control of their own
+    print(f"seed {seed}: dense control ppl {dense['ppl']:.3f} ({dense['seconds']:.0f} CPU-s)", flush=True)
+    found: dict[str, list[dict]] = {}
+    for arm in arms:
+        print(f"  seed {seed}, arm {arm}", flush=True)
+        if arm == "searched":
+            found[arm] = searched_arm(cfg, seed, budget_s, artifacts)
+        elif arm in ("random", "importance"):
+            found[arm] = sweep_arm(
+                setup,
+                lambda i, m=arm: TrialHParams(method=m, sparsity=spread.spread("sparsity", i)),
+                budget_s,
+                free_dense,
+            )
+        elif arm == "l0_penalty":
+            found[arm] = sweep_arm(setup, l0_penalty_at, budget_s, free_dense)
+        elif arm == "plain_tune":
+            found[arm] = [free_dense, *plain_tune_arm(cfg, setup, seed, budget_s)]
+    return {"seed": seed, "dense": dense, "arms": found}
+
+
+def report(per_seed: list[dict], budget_minutes: float, cpus_per_trial: float) -> None:
+    """Per-seed tables, then mean [min, max] over the seeds, then the targets."""
+    arms = list(per_seed[0]["arms"])
+    for seed in per_seed:
+        seed["summary"] = {arm: summarise(points, seed["dense"]) for arm, points in seed["arms"].items()}
         print_table(
-            f"seed {seed}, {args.budget_minutes:g} min of trials per arm "
-            f"(dense control ppl {dense['ppl']:.3f})",
+            f"seed {seed['seed']}, {budget_minutes:g} CPU-min of trials per arm "
+            f"(dense control ppl {seed['dense']['ppl']:.3f})",
             [
                 "arm",
                 "hypervolume",
                 ">= 50% removed",
                 ">= 75% removed",
                 "trials (complete)",
-                "min",
+                "CPU-min",
                 "per CPU-h",
             ],
             [
@@ -274,9 +263,9 @@ def main() -> None:
                     mean_and_range([s["ppl_ratio_75"]]),
                     f"{s['trials']} ({s['complete']})",
                     f"{s['minutes']:.1f}",
-                    f"{s['trials_per_cpu_hour'] * cfg.study.cpus_per_trial:.0f}",
+                    f"{s['trials_per_cpu_hour']:.0f}",
                 ]
-                for arm, s in summary.items()
+                for arm, s in seed["summary"].items()
             ],
         )
 
@@ -284,7 +273,7 @@ def main() -> None:
         return [seed["summary"][arm][key] for seed in per_seed]
 
     print_table(
-        f"mean [min, max] over {args.seeds} seed(s), {args.budget_minutes:g} min of trials per arm and seed",
+        f"mean [min, max] over {len(per_seed)} seed(s), {budget_minutes:g} CPU-min per arm and seed",
         ["arm", "hypervolume", "best ppl / dense, >= 50% removed", ">= 75% removed", "trials/CPU-h"],
         [
             [
@@ -292,7 +281,7 @@ def main() -> None:
                 mean_and_range(column(arm, "hypervolume")),
                 mean_and_range(column(arm, "ppl_ratio_50")),
                 mean_and_range(column(arm, "ppl_ratio_75")),
-                f"{statistics.mean(column(arm, 'trials_per_cpu_hour')) * cfg.study.cpus_per_trial:.0f}",
+                f"{statistics.mean(column(arm, 'trials_per_cpu_hour')):.0f}",
             ]
             for arm in arms
         ],
@@ -302,7 +291,7 @@ def main() -> None:
         mine = column("searched", "hypervolume")
         on_mean = all(statistics.mean(mine) > statistics.mean(column(a, "hypervolume")) for a in others)
         wins = [sum(m > o for m, o in zip(mine, column(a, "hypervolume"))) for a in others]
-        enough = all(w >= math.ceil(2 * args.seeds / 3) for w in wins)
+        enough = all(w >= math.ceil(2 * len(per_seed) / 3) for w in wins)
         r50, r75 = column("searched", "ppl_ratio_50"), column("searched", "ppl_ratio_75")
         print(
             "targets: searched hypervolume beats every other arm on the mean: "
@@ -311,7 +300,45 @@ def main() -> None:
             f"50% removed within 2%: {'met' if all(r and r <= 1.02 for r in r50) else 'not met'}; "
             f"75% removed within 10%: {'met' if all(r and r <= 1.10 for r in r75) else 'not met'}"
         )
-    print_json("frontier", {"budget_minutes": args.budget_minutes, "seeds": per_seed})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3, help="run seeds 0 .. N-1")
+    parser.add_argument(
+        "--seed-list", help="these seeds instead, e.g. 2 (one process per seed, side by side)"
+    )
+    parser.add_argument("--budget-minutes", type=float, default=25.0, help="trial CPU time per arm and seed")
+    parser.add_argument("--arms", default=",".join(ARMS))
+    parser.add_argument("--set", action="append", default=[], help="a study-file override, as the CLI's")
+    parser.add_argument("--artifacts", type=Path, default=REPO / "runs" / "artifacts")
+    parser.add_argument("--save", type=Path, help="also write the per-seed points here (JSON)")
+    parser.add_argument("--merge", type=Path, nargs="+", help="report saved runs together; run nothing")
+    args = parser.parse_args()
+    if args.merge:
+        saved = [json.loads(path.read_text()) for path in args.merge]
+        per_seed = sorted((s for run in saved for s in run["seeds"]), key=lambda s: s["seed"])
+        report(per_seed, saved[0]["budget_minutes"], saved[0]["cpus_per_trial"])
+        return
+    arms = args.arms.split(",")
+    unknown = sorted(set(arms) - set(ARMS))
+    if unknown:
+        raise SystemExit(f"unknown arm(s) {', '.join(unknown)}; choose from {', '.join(ARMS)}")
+    seeds = [int(s) for s in args.seed_list.split(",")] if args.seed_list else list(range(args.seeds))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    cfg = load_study_config(STUDY, args.set)
+    artifacts = args.artifacts.resolve()
+    corpus, model_cfg = prepare_inputs(cfg)
+    checkpoint = study_dense_checkpoint(cfg, corpus, model_cfg, artifacts)
+    torch.set_num_threads(max(1, int(cfg.study.cpus_per_trial)))
+    budget_s = args.budget_minutes * 60
+    per_seed = [run_seed(cfg, seed, arms, budget_s, artifacts, (corpus, checkpoint)) for seed in seeds]
+    payload = {"budget_minutes": args.budget_minutes, "cpus_per_trial": cfg.study.cpus_per_trial}
+    payload["seeds"] = per_seed
+    if args.save:
+        args.save.write_text(json.dumps(payload))
+    report(per_seed, args.budget_minutes, cfg.study.cpus_per_trial)
+    print_json("frontier", payload)
 
 
 if __name__ == "__main__":

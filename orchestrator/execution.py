@@ -45,6 +45,7 @@ def report_rung(report: RungReport) -> None:
             RUNG_KEY: report.rung,
             "finetune_step": report.step,
             "finetune_steps": report.steps,
+            "cpu_seconds": report.cpu_seconds,
         }
     )
 
@@ -94,7 +95,7 @@ class StudyDriver:
         models_dir: Path,
         on_finished: Callable[[int], None],
         spread_trials: int = 0,
-        trial_seconds_budget: float | None = None,
+        trial_cpu_seconds_budget: float | None = None,
     ) -> None:
         self.study, self.space = study, space
         self.n_trials, self.max_failed = n_trials, max_failed
@@ -103,10 +104,10 @@ class StudyDriver:
         self.models_dir = models_dir  # <artifacts>/trials/<study>: one folder per trial number
         finished = study.get_trials(deepcopy=False, states=FINISHED)
         self.n_finished = len(finished)  # COMPLETE and PRUNED: what --n-trials counts, as Optuna's optimize
-        # With a budget of trial seconds (benchmarks at equal compute), no trial starts once the
-        # finished ones' wall time adds up to it.
-        self.trial_seconds_budget = trial_seconds_budget
-        self.trial_seconds = sum(t.user_attrs.get("wall_seconds", 0.0) for t in finished)
+        # With a budget of trial CPU seconds (benchmarks at equal compute), no trial starts once
+        # the finished ones' CPU time adds up to it.
+        self.trial_cpu_seconds_budget = trial_cpu_seconds_budget
+        self.trial_cpu_seconds = sum(t.user_attrs.get("cpu_seconds", 0.0) for t in finished)
         self.n_failed = 0  # in this run
         # (the scheduler never stops the dense control: a finished one is COMPLETE)
         self.dense_control_pending = not any(t.user_attrs.get("dense_control") for t in finished)
@@ -152,7 +153,8 @@ class StudyDriver:
         }
 
     def _out_of_budget(self) -> bool:
-        return self.trial_seconds_budget is not None and self.trial_seconds >= self.trial_seconds_budget
+        budget = self.trial_cpu_seconds_budget
+        return budget is not None and self.trial_cpu_seconds >= budget
 
     def _enqueue_spread(self) -> None:
         """Start-up trials take their sparsity from an even spread of its range and the numbers
@@ -191,6 +193,8 @@ class StudyDriver:
         trial.set_user_attr("saved_steps", result["finetune_steps"] - result["finetune_step"])
         trial.set_user_attr("rung_val_perplexity", result["val_perplexity"])
         trial.set_user_attr("wall_seconds", seconds)
+        trial.set_user_attr("cpu_seconds", result.get("cpu_seconds", 0.0))
+        self.trial_cpu_seconds += result.get("cpu_seconds", 0.0)
         self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         self.n_finished += 1
 
@@ -200,7 +204,6 @@ class StudyDriver:
             return
         seconds = time.time() - self.started.pop(tune_trial_id)
         self.curves.pop(tune_trial_id, None)
-        self.trial_seconds += seconds
         values = None
         if error is None and result and RESULT_KEY not in result and RUNG_KEY in result:
             self._stopped_early(trial, result, seconds)
@@ -227,8 +230,10 @@ class StudyDriver:
                 "tokens_per_s",
                 "phase_seconds",
                 "curve",
+                "cpu_seconds",
             ):
                 trial.set_user_attr(key, outcome[key])
+            self.trial_cpu_seconds += outcome["cpu_seconds"]
             trial.set_user_attr("wall_seconds", seconds)
             trial.set_user_attr("node_id", result.get("node_id", ""))
             self.study.tell(trial, values)

@@ -43,7 +43,7 @@ class RunOptions:
     artifacts: Path
     output_csv: Path
     ray_address: str | None = None
-    trial_seconds_budget: float | None = None  # stop asking for trials once they took this long
+    trial_cpu_seconds_budget: float | None = None  # stop asking once trials used this much CPU time
 
 
 @dataclass
@@ -133,7 +133,7 @@ def _run_leased(
         models_dir=opts.artifacts / "trials" / opts.study_name,
         on_finished=lambda number: _after_trial(store, study, driver, number),
         spread_trials=startup_trials(cfg),
-        trial_seconds_budget=opts.trial_seconds_budget,
+        trial_cpu_seconds_budget=opts.trial_cpu_seconds_budget,
     )
     dense = None
     if driver.n_finished < opts.n_trials:

@@ -45,6 +45,7 @@ class RungReport:
     steps: int  # fine-tuning steps in the trial's whole budget
     val_perplexity: float
     n_params: int
+    cpu_seconds: float  # the trial's CPU time so far (see TrialResult.cpu_seconds)
 
 
 @dataclass
@@ -59,6 +60,10 @@ class TrialResult:
     tokens_per_s: float  # inference throughput of the pruned model
     phase_seconds: dict[str, float] = field(default_factory=dict)
     curve: list[list[float]] = field(default_factory=list)  # [rung, fine-tuning step, perplexity]
+    # CPU time of the trial's process while it ran (all its threads): what benchmarks at equal
+    # compute count, since wall time depends on what else the machine runs. On a GPU it leaves
+    # out the device's time.
+    cpu_seconds: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -97,6 +102,7 @@ def run_trial(
     checkpoint after pruning that a retry (``resume_dirs``) continues from. At each fraction in
     ``rungs`` of the fine-tuning steps, score the validation slice and pass it to
     ``report_rung`` (which may never return: a scheduler stopping the trial)."""
+    cpu_start = time.process_time()
     cfg = setup.dense.model_config
     heads = list(cfg.layer_heads)
     if hp.method in TARGET_METHODS:
@@ -156,7 +162,8 @@ def run_trial(
             ppl = math.exp(mean_loss(model, windows))
             curve.append([rung_at[step], step, ppl])
             if report_rung is not None:
-                report_rung(RungReport(rung_at[step], step, steps, ppl, total))
+                cpu = time.process_time() - cpu_start
+                report_rung(RungReport(rung_at[step], step, steps, ppl, total, cpu))
         return False
 
     if steps:
@@ -195,4 +202,5 @@ def run_trial(
         tokens_per_s=speed,
         phase_seconds=seconds,
         curve=curve,
+        cpu_seconds=time.process_time() - cpu_start,
     )
