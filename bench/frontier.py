@@ -7,10 +7,16 @@ Every arm of one seed starts from the same dense checkpoint and spends the same 
 CPU time (``--budget-minutes`` of CPU, one trial at a time with the study's threads; CPU time,
 not wall time, so that seeds may run side by side in separate processes): it starts trials until
 the finished ones' CPU time adds up to the budget, so the last one may run past it; the table
-shows what each arm used. The arms:
+shows what each arm used. Seeds side by side, e.g. on 2 cores:
 
-- ``searched``: the default study as ``launch-study run`` runs it (Ray Tune + Optuna, early
-  stopping as the study file says, the controlled dense control, the start-up spread);
+    for s in 0 1 2; do python -m bench.frontier --seed-list $s --save f$s.json & done; wait
+    python -m bench.frontier --merge f0.json f1.json f2.json
+
+The arms:
+
+- ``searched``: the default study as ``launch-study run --n-trials N`` runs it, N being the full
+  trials the budget affords (Ray Tune + Optuna, early stopping as the study file says, the
+  controlled dense control, a start-up spread of N/2 + 1 trials, at most 10);
 - ``random``, ``importance``: sweeps of one method at sparsities spread evenly over the study's
   range (every prefix covers it), every other knob at its default;
 - ``l0_penalty``: Shim et al.'s recipe, a sweep over lambda (log-spread over [0.1, 10]), the
@@ -70,7 +76,8 @@ def timed_trial(setup: TrialSetup, hp: TrialHParams) -> dict:
     return point(run_trial(setup, hp))
 
 
-def searched_arm(cfg, seed: int, budget_s: float, artifacts: Path) -> list[dict]:
+def searched_arm(cfg, seed: int, budget_s: float, artifacts: Path, startup: int) -> list[dict]:
+    study = replace(cfg.study, seed=seed, startup_trials=startup)
     with tempfile.TemporaryDirectory() as tmp:
         opts = RunOptions(
             storage_url=f"sqlite:///{tmp}/study.db",
@@ -81,7 +88,7 @@ def searched_arm(cfg, seed: int, budget_s: float, artifacts: Path) -> list[dict]
             output_csv=Path(tmp) / "front.csv",
             trial_cpu_seconds_budget=budget_s,
         )
-        run_study(replace(cfg, study=replace(cfg.study, seed=seed)), opts)
+        run_study(replace(cfg, study=study), opts)
         study = optuna.load_study(study_name="frontier", storage=opts.storage_url)
         points = []
         for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)):
@@ -218,12 +225,20 @@ def run_seed(cfg, seed: int, arms: list[str], budget_s: float, artifacts: Path, 
     setup = TrialSetup(corpus, checkpoint, cfg.budget, seed)
     dense = timed_trial(setup, TrialHParams(**cfg.search.control_point()))
     free_dense = {**dense, "free": True}  # for the arms that run no control of their own
-    print(f"seed {seed}: dense control ppl {dense['ppl']:.3f} ({dense['seconds']:.0f} CPU-s)", flush=True)
+    # The searched arm as a user would run it on this budget: --n-trials = the full trials it
+    # affords, hence the default rule's start-up spread (half of them, at most 10).
+    affords = max(1, int(budget_s // dense["seconds"]))
+    startup = cfg.study.startup_trials or min(10, affords // 2 + 1)
+    print(
+        f"seed {seed}: dense control ppl {dense['ppl']:.3f} ({dense['seconds']:.0f} CPU-s); "
+        f"the budget affords {affords} full trials, {startup} of them start-up",
+        flush=True,
+    )
     found: dict[str, list[dict]] = {}
     for arm in arms:
         print(f"  seed {seed}, arm {arm}", flush=True)
         if arm == "searched":
-            found[arm] = searched_arm(cfg, seed, budget_s, artifacts)
+            found[arm] = searched_arm(cfg, seed, budget_s, artifacts, startup)
         elif arm in ("random", "importance"):
             found[arm] = sweep_arm(
                 setup,

@@ -16,17 +16,47 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"launch-study: error: {message} (see --help)\n")
 
 
+EXAMPLES = {
+    "run": "launch-study run studies/tinyshakespeare.toml --n-trials 30 --set trial.prune_steps=150",
+    "export": "launch-study export --study-name tinyshakespeare --format json > front.json",
+    "status": "launch-study status --study-name tinyshakespeare",
+    "export-model": "launch-study export-model --study-name tinyshakespeare --trial 12 --output model12",
+    "dashboard": "launch-study dashboard --storage sqlite:///runs/tinyshakespeare.db",
+}
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("headprune")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="launch-study", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"headprune {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    run = commands.add_parser("run", help="run (or resume) a study from a TOML file")
-    run.add_argument("study_file", type=Path)
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return commands.add_parser(
+            name,
+            help=help,
+            description=help,
+            epilog=f"example:\n  {EXAMPLES[name]}",
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+
+    run = command("run", "run (or resume) a study from a TOML file")
+    run.add_argument("study_file", type=Path, help="the study file, e.g. studies/tinyshakespeare.toml")
     run.add_argument(
         "--storage", help="database URL (default: $HEADPRUNE_STORAGE, else sqlite:///runs/<study>.db)"
     )
     run.add_argument("--study-name", help="default: [study] name")
-    run.add_argument("--n-trials", type=int, help="COMPLETE trials the study should end with")
+    run.add_argument(
+        "--n-trials", type=int, help="finished trials (COMPLETE or stopped early) the study should end with"
+    )
     run.add_argument("--max-concurrent", type=int, help="trials running at once")
     run.add_argument(
         "--artifacts",
@@ -47,39 +77,48 @@ def _build_parser() -> argparse.ArgumentParser:
         help="override a value of the study file, e.g. --set trial.prune_steps=100",
     )
 
-    export = commands.add_parser("export", help="write the Pareto front (or every trial) as CSV or JSON")
+    export = command("export", "write the Pareto front (or every trial) as CSV or JSON")
     _study_arguments(export)
     export.add_argument("--output", type=Path, help="file to write (default: standard output)")
-    export.add_argument("--format", choices=("csv", "json"), default="csv")
+    export.add_argument(
+        "--format", choices=("csv", "json"), help="default: from --output's suffix (.json), else csv"
+    )
     export.add_argument("--all", action="store_true", help="every COMPLETE trial, not only the front")
     export.add_argument(
-        "--plot", type=Path, metavar="FILE.png", help="also plot the front (and a head map, FILE_heads.png)"
+        "--plot",
+        type=Path,
+        metavar="FILE.png",
+        help="also plot the front (and a head map, FILE_heads.png); their paths go to stderr",
     )
 
-    status = commands.add_parser("status", help="trials by state, the front, hypervolume, time left")
+    status = command("status", "trials by state, the front, hypervolume, time left")
     _study_arguments(status)
 
-    model = commands.add_parser("export-model", help="write one trial's pruned model (safetensors + JSON)")
+    model = command("export-model", "write one trial's pruned model (safetensors + JSON)")
     _study_arguments(model)
     model.add_argument("--trial", type=int, required=True, help="the trial number")
-    model.add_argument("--output", type=Path, required=True, help="folder to write")
+    model.add_argument("--output", type=Path, required=True, help="folder to write (new or empty)")
+    model.add_argument("--force", action="store_true", help="replace --output whole if it holds files")
 
-    dashboard = commands.add_parser("dashboard", help="serve optuna-dashboard on the study's database")
+    dashboard = command("dashboard", "serve optuna-dashboard on the study's database")
     dashboard.add_argument("--storage", help="database URL (default: $HEADPRUNE_STORAGE)")
     dashboard.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1 only)")
-    dashboard.add_argument("--port", type=int, default=8080)
+    dashboard.add_argument("--port", type=int, default=8080, help="port (default: 8080)")
     return parser
 
 
 def _study_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--storage", help="database URL (default: $HEADPRUNE_STORAGE)")
-    parser.add_argument("--study-name", required=True)
+    parser.add_argument(
+        "--storage", help="database URL (default: $HEADPRUNE_STORAGE, else sqlite:///runs/<study>.db)"
+    )
+    parser.add_argument("--study-name", required=True, help="the study's name ([study] name of its file)")
 
 
 def _open_study(args: argparse.Namespace):
-    from orchestrator.storage import load_existing_study, open_store
+    """The study to read (status, export): its database must exist, nothing is created."""
+    from orchestrator.storage import load_existing_study, open_store, resolve_url
 
-    store = open_store(_storage_url(args))
+    store = open_store(resolve_url(args.storage, args.study_name), create=False)
     return store, load_existing_study(store, args.study_name)
 
 
@@ -127,17 +166,20 @@ def _export(args: argparse.Namespace) -> int:
     from orchestrator.export import study_table, to_json, write_table
     from orchestrator.report import plot_front
 
+    fmt = args.format or ("json" if args.output and args.output.suffix.lower() == ".json" else "csv")
+    if args.output and args.output.is_dir():
+        raise UserError(f"--output {args.output} is a folder, not a file")
     store, study = _open_study(args)
     frame = study_table(store, study, everything=args.all)
-    if args.output:
-        print(write_table(frame, args.output, args.format))
-    elif args.format == "json":
+    if args.output:  # the data in the file; what was written, on stderr like every other note
+        print(write_table(frame, args.output, fmt), file=sys.stderr)
+    elif fmt == "json":
         print(to_json(frame))
     else:
         frame.to_csv(sys.stdout, index=False)
     if args.plot:
         for path in plot_front(study, args.plot):
-            print(path)
+            print(f"plot: {path}", file=sys.stderr)
     return 0
 
 
@@ -164,8 +206,21 @@ def _export_model(args: argparse.Namespace) -> int:
     source = Path(trial.user_attrs.get("model_dir", ""))
     if not (source / "model.safetensors").is_file():
         raise UserError(f"trial {args.trial}'s model is not on this machine (looked in {source})")
-    shutil.copytree(source, args.output, dirs_exist_ok=True)
-    print(args.output)
+    output = args.output
+    if output.resolve() == source.resolve() or source.resolve() in output.resolve().parents:
+        raise UserError(f"--output {output} is the trial's own folder (or inside it): choose another")
+    if output.exists() and not output.is_dir():
+        raise UserError(f"--output {output} is a file; export-model writes a folder")
+    if output.is_dir() and any(output.iterdir()) and not args.force:
+        raise UserError(f"--output {output} is not empty; --force replaces it whole")
+    # Copied beside the target, then swapped in: an interrupted export leaves the old folder.
+    staging = output.with_name(f".{output.name}.partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(source, staging, ignore=shutil.ignore_patterns("after_prune"))
+    if output.exists():
+        shutil.rmtree(output)
+    staging.rename(output)
+    print(output)
     return 0
 
 
@@ -174,7 +229,7 @@ def _dashboard(args: argparse.Namespace) -> int:
 
     from orchestrator.storage import open_store
 
-    store = open_store(_storage_url(args))
+    store = open_store(_storage_url(args), create=False)
     print(f"optuna-dashboard on {store.safe_url}: http://{args.host}:{args.port}/", file=sys.stderr)
     run_server(store.storage, host=args.host, port=args.port)
     return 0
@@ -207,6 +262,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("launch-study: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`export | head -1`): not an error of ours. Python would complain
+        # again when flushing stdout at exit, so point it at /dev/null first.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import UserError, closest
+from orchestrator.preflight import check_study_name
 from orchestrator.search_space import SearchSpace, check_value
 from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams, bounded, field_specs
 from trainers.model import FAMILIES
@@ -34,6 +35,9 @@ class StudySettings:
     max_retries: int = bounded(1, 0, doc="Tune retries of a trial whose worker died")
     max_failed_trials: int = bounded(5, 0, doc="FAIL trials a run tolerates before it stops")
     lease_seconds: float = bounded(60.0, 1.0, doc="a driver silent this long loses the study")
+    startup_trials: int = bounded(
+        0, 0, doc="trials spread over sparsity before the sampler models the results (0: n_trials/2, <= 10)"
+    )
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,7 @@ def load_study_config(path: str | Path, overrides: list[str] = ()) -> StudyConfi
     study = _table(f"{path}: [study]", raw.get("study", {}), field_specs(StudySettings))
     if not study["name"]:
         raise UserError(f"{path}: [study] name is required")
+    check_study_name(study["name"], f"{path}: [study] name")
     corpus = _table(f"{path}: [corpus]", raw.get("corpus", {}), field_specs(CorpusSettings))
     if not corpus["path"] and not (corpus["train_path"] and corpus["val_path"]):
         raise UserError(f"{path}: [corpus] needs path, or both train_path and val_path")

@@ -38,7 +38,10 @@ def write_table(frame: pd.DataFrame, output: Path, fmt: str = "csv") -> Path:
 
 
 def to_json(frame: pd.DataFrame) -> str:
-    """Records with every float at full precision (pandas' own to_json rounds to 10 digits) and
-    missing values as null."""
+    """Records with every float at full precision (pandas' own to_json rounds to 10 digits),
+    missing values as null and ``heads_per_layer`` a list (a JSON text in the CSV's cell)."""
     records = frame.astype(object).where(frame.notna(), None).to_dict(orient="records")
+    for record in records:
+        if isinstance(record.get("heads_per_layer"), str):
+            record["heads_per_layer"] = json.loads(record["heads_per_layer"])
     return json.dumps(records, indent=2)

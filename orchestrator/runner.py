@@ -16,6 +16,14 @@ from orchestrator.early_stopping import ParetoHalving, ParetoHalvingScheduler
 from orchestrator.errors import UserError
 from orchestrator.execution import FINISHED, StudyCallback, StudyDriver, StudySearcher, train_on_worker
 from orchestrator.export import study_table, write_table
+from orchestrator.preflight import (
+    check_devices,
+    check_ray_address,
+    check_sqlite_path,
+    check_study_name,
+    check_writable_file,
+    check_writable_folder,
+)
 from orchestrator.progress import PhaseProgress, say
 from orchestrator.report import dense_reference, front_note
 from orchestrator.storage import (
@@ -26,6 +34,7 @@ from orchestrator.storage import (
     hold_lease,
     open_store,
     refresh_frontier,
+    sqlite_database,
     study_exists,
 )
 from trainers.data import CharCorpus, CorpusError
@@ -84,21 +93,36 @@ def study_dense_checkpoint(
     )
 
 
-def _sampler(cfg: StudyConfig, store: StudyStore, name: str) -> optuna.samplers.BaseSampler:
+def _sampler(cfg: StudyConfig, opts: RunOptions, store: StudyStore) -> optuna.samplers.BaseSampler:
     # Seeded by the trials already asked, so a resumed study does not replay its start points.
     asked = 0
-    if study_exists(store, name):
-        asked = len(store.storage.get_all_trials(store.storage.get_study_id_from_name(name), deepcopy=False))
-    return optuna.samplers.TPESampler(seed=cfg.study.seed + asked, n_startup_trials=startup_trials(cfg))
+    if study_exists(store, opts.study_name):
+        study_id = store.storage.get_study_id_from_name(opts.study_name)
+        asked = len(store.storage.get_all_trials(study_id, deepcopy=False))
+    return optuna.samplers.TPESampler(seed=cfg.study.seed + asked, n_startup_trials=startup_trials(cfg, opts))
 
 
-def startup_trials(cfg: StudyConfig) -> int:
-    """Trials the sampler draws at random before it models the results."""
-    return min(10, cfg.study.n_trials // 2 + 1)
+def startup_trials(cfg: StudyConfig, opts: RunOptions) -> int:
+    """Trials spread over sparsity (the sampler choosing the rest at random) before it models the
+    results: ``[study] startup_trials``, else half the run's trials (``--n-trials`` when given,
+    else the study file's), at most 10."""
+    return cfg.study.startup_trials or min(10, opts.n_trials // 2 + 1)
+
+
+def preflight(cfg: StudyConfig, opts: RunOptions) -> None:
+    """Everything about the run (not the study file) that can be checked before anything is
+    written: a mistake found later would leave a study, a checkpoint or a CSV behind."""
+    check_study_name(opts.study_name)
+    check_writable_folder("--artifacts", opts.artifacts)
+    check_writable_file("--output", opts.output_csv)
+    check_sqlite_path(sqlite_database(opts.storage_url))
+    check_devices(cfg.budget.device, cfg.study.gpus_per_trial, joining_cluster=bool(opts.ray_address))
+    check_ray_address(opts.ray_address)
 
 
 def run_study(cfg: StudyConfig, opts: RunOptions) -> RunSummary:
     corpus, model_cfg = prepare_inputs(cfg)
+    preflight(cfg, opts)
     store = open_store(opts.storage_url)
     if study_exists(store, opts.study_name):
         check_objectives(store, opts.study_name)  # before the lease: a mistake writes nothing
@@ -111,7 +135,7 @@ def run_study(cfg: StudyConfig, opts: RunOptions) -> RunSummary:
 def _run_leased(
     cfg: StudyConfig, opts: RunOptions, store: StudyStore, corpus: CharCorpus, model_cfg: ModelConfig
 ) -> RunSummary:
-    study = create_or_load_study(store, opts.study_name, _sampler(cfg, store, opts.study_name))
+    study = create_or_load_study(store, opts.study_name, _sampler(cfg, opts, store))
     say(f"study {opts.study_name!r} in {store.safe_url}")
     orphans = fail_orphaned_trials(study)
     if orphans:
@@ -132,7 +156,7 @@ def _run_leased(
         max_failed=cfg.study.max_failed_trials,
         models_dir=opts.artifacts / "trials" / opts.study_name,
         on_finished=lambda number: _after_trial(store, study, driver, number),
-        spread_trials=startup_trials(cfg),
+        spread_trials=startup_trials(cfg, opts),
         trial_cpu_seconds_budget=opts.trial_cpu_seconds_budget,
     )
     dense = None

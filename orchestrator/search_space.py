@@ -10,6 +10,7 @@ out of the sampler's space but are passed to every trial.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,8 @@ def check_value(where: str, value: Any, spec: dict) -> Any:
         ok = isinstance(value, kind)
     if not ok:
         raise UserError(f"{where}: expected {kind.__name__}, got {value!r}")
+    if kind is float and not math.isfinite(value):
+        raise UserError(f"{where}: {value!r} is not a finite number")
     choices = spec.get("choices")
     if choices and value not in choices:
         raise UserError(f"{where}: {value!r} is not one of {', '.join(map(str, choices))}")

@@ -81,12 +81,55 @@ RESULT_COLUMNS = (
 FRONTIER_COLUMNS = (*RESULT_COLUMNS, "params", "updated_at")
 
 
-def redact(url: str) -> str:
-    """The URL with its password replaced by ***: the only form that may be logged."""
+# Query parameters that carry a credential (libpq, psycopg, PyMySQL, mysqlclient, SQLAlchemy).
+SECRET_QUERY_KEYS = frozenset({"password", "passwd", "pwd", "sslpassword", "passfile", "token", "secret"})
+
+
+def _parse_url(url: str) -> sa.URL:
+    """make_url, with a reason that never repeats the URL (it may hold a password)."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        return make_url(url)
+    except ValueError:  # make_url's int() of the port
+        raise ArgumentError("its port is not a number") from None
+    except ArgumentError:
+        raise ArgumentError("expected dialect+driver://user@host:port/database") from None
+
+
+def redact(url: str) -> str:
+    """The URL with every credential replaced by ***, whether it is in ``user:password@`` or a
+    query parameter (``?password=``): the only form that may be logged."""
+    try:
+        parsed = _parse_url(url)
     except ArgumentError:
         return "<malformed database URL>"
+    hidden = {k: "***" for k in parsed.query if k.lower() in SECRET_QUERY_KEYS}
+    rendered = parsed.update_query_dict(hidden).render_as_string(hide_password=True)
+    return rendered.replace("%2A%2A%2A", "***")
+
+
+def scrub(text: str, url: str) -> str:
+    """``text`` (a driver's error message) with the URL's secrets in it replaced by ***."""
+    try:
+        parsed = _parse_url(url)
+    except ArgumentError:
+        return text
+    secrets = [parsed.password] + [v for k, v in parsed.query.items() if k.lower() in SECRET_QUERY_KEYS]
+    for secret in secrets:
+        for value in secret if isinstance(secret, tuple) else (secret,):
+            if value:
+                text = text.replace(str(value), "***")
+    return text
+
+
+def sqlite_database(url: str) -> str | None:
+    """The file of an SQLite URL (None for other databases, in-memory ones and malformed URLs)."""
+    try:
+        parsed = _parse_url(url)
+    except ArgumentError:
+        return None
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return parsed.database
 
 
 def resolve_url(url: str | None, study_name: str) -> str:
@@ -107,14 +150,18 @@ class StudyStore:
         return redact(self.url)
 
 
-def open_store(url: str) -> StudyStore:
-    """Connect (clear one-line errors for a malformed or unreachable URL) and create the tables."""
+def open_store(url: str, create: bool = True) -> StudyStore:
+    """Connect (clear one-line errors for a malformed or unreachable URL) and create the tables.
+    ``create=False`` (status, export): an SQLite file that does not exist is an error, not a new
+    empty database."""
     try:
-        parsed = make_url(url)
-    except ArgumentError:
-        raise UserError(f"malformed database URL: {redact(url)}") from None
+        parsed = _parse_url(url)
+    except ArgumentError as err:
+        raise UserError(f"malformed database URL ({err})") from None
     sqlite = parsed.get_backend_name() == "sqlite"
     if sqlite and parsed.database and parsed.database != ":memory:":
+        if not create and not Path(parsed.database).is_file():
+            raise UserError(f"no database at {parsed.database} (the study's --storage?)")
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     engine_kwargs: dict[str, Any] = {"connect_args": {"timeout": 60}} if sqlite else {"pool_pre_ping": True}
     try:
@@ -125,7 +172,7 @@ def open_store(url: str) -> StudyStore:
     except (NoSuchModuleError, ModuleNotFoundError) as err:
         raise UserError(f"database URL {redact(url)}: driver not installed ({err})") from None
     except SQLAlchemyError as err:
-        reason = str(getattr(err, "orig", err)).strip().splitlines()[0]
+        reason = scrub(str(getattr(err, "orig", err)).strip().splitlines()[0], url)
         raise UserError(f"cannot connect to database {redact(url)}: {reason}") from None
     storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
     Base.metadata.create_all(engine)  # idempotent

@@ -126,3 +126,93 @@ def test_the_console_script_reports_a_mistake_the_same_way(tmp_path):
     run = launch("run", str(tmp_path / "nope.toml"), cwd=tmp_path)
     assert_user_error(run, "study file not found")
     assert not (tmp_path / "runs").exists()
+
+
+# Checked before anything is written (issue 13): each case exits 2 with one line, and the
+# database given with --storage (an existing study) is byte-identical afterwards.
+PREFLIGHT = {
+    "nan in a range": (["--set", "search.sparsity={low=0.1,high=nan}"], ["sparsity high", "not a finite"]),
+    "nan learning rate": (["--set", "search.lr=nan"], ["[search] lr", "nan is not a finite"]),
+    "nan lease": (["--set", "study.lease_seconds=nan"], ["lease_seconds", "not a finite"]),
+    "inf budget value": (["--set", "pretrain.lr=inf"], ["[pretrain] lr", "inf is not a finite"]),
+    "artifacts not writable": (["--artifacts", "/proc/x"], ["--artifacts /proc/x cannot be written"]),
+    "output not writable": (["--output", "/proc/x/front.csv"], ["--output /proc/x/front.csv"]),
+    "output under a file": (["--output", "{db}/front.csv"], ["is a file, not a folder"]),
+    "cuda without cuda": (["--set", "trial.device=cuda"], ["device = 'cuda'", "no CUDA GPU"]),
+    "gpus without gpus": (["--set", "study.gpus_per_trial=1"], ["gpus_per_trial = 1", "0 GPU"]),
+    "unreachable ray": (["--ray-address", "127.0.0.1:1"], ["cannot reach the Ray cluster at 127.0.0.1:1"]),
+    "malformed ray address": (["--ray-address", "nowhere"], ["--ray-address 'nowhere'", "host:port"]),
+    "escaping study name": (["--study-name", "../../escape"], ["study name '../../escape'"]),
+    "long study name": (["--study-name", "a" * 300], ["study name 'aaaa", "1-100"]),
+    "escaping name in the file": (["--set", 'study.name="../x"'], ["[study] name '../x'"]),
+}
+
+
+@pytest.mark.skipif(
+    __import__("torch").cuda.is_available(), reason="the GPU cases need a machine without CUDA"
+)
+@pytest.mark.parametrize("case", list(PREFLIGHT))
+def test_preflight_refuses_before_writing(case, tmp_path):
+    db = tmp_path / "study.db"
+    url = f"sqlite:///{db}"
+    optuna.create_study(study_name="smoke", storage=url, directions=["minimize", "minimize"])
+    before = db.read_bytes()
+    extra, fragments = PREFLIGHT[case]
+    extra = [a.replace("{db}", str(db)) for a in extra]
+    run = cli_in_process("run", str(study_file(tmp_path)), "--storage", url, *extra, cwd=tmp_path)
+    assert_user_error(run, *fragments)
+    assert db.read_bytes() == before
+    assert not (tmp_path / "runs").exists()
+    assert not list(tmp_path.glob(".headprune-probe-*"))
+
+
+@pytest.mark.parametrize(
+    "url, fragment",
+    [
+        ("sqlite:////proc/x/study.db", "SQLite database /proc/x/study.db cannot be written"),
+        ("postgresql+psycopg://u@127.0.0.1:abc/db", "malformed database URL (its port is not a number)"),
+    ],
+)
+def test_a_database_that_cannot_be_made_is_refused(url, fragment, tmp_path):
+    run = cli_in_process("run", str(study_file(tmp_path)), "--storage", url, cwd=tmp_path)
+    assert_user_error(run, fragment)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("key", ["password", "PWD", "sslpassword"])
+def test_a_password_in_the_query_never_shows(key, tmp_path):
+    url = f"postgresql+psycopg://nobody@127.0.0.1:1/x?{key}=s3cr3tPW&sslmode=disable"
+    run = cli_in_process("run", str(study_file(tmp_path)), "--storage", url, cwd=tmp_path)
+    assert_user_error(run, "cannot connect to database", f"{key}=***", "sslmode=disable")
+    assert "s3cr3tPW" not in run.stderr + run.stdout
+
+
+def test_scrub_removes_secrets_a_driver_repeats():
+    from orchestrator.storage import redact, scrub
+
+    url = "mysql+pymysql://root:hunter2@db:3306/x?passwd=also"
+    assert scrub("login hunter2 and also failed", url) == "login *** and *** failed"
+    assert "hunter2" not in redact(url) and "also" not in redact(url)
+
+
+@pytest.mark.parametrize("command", ["status", "export"])
+def test_reading_a_missing_sqlite_file_creates_nothing(command, tmp_path):
+    run = cli_in_process(
+        command, "--storage", f"sqlite:///{tmp_path}/a/b.db", "--study-name", "x", cwd=tmp_path
+    )
+    assert_user_error(run, f"no database at {tmp_path}/a/b.db")
+    assert not (tmp_path / "a").exists()
+    # without --storage: run's default, runs/<study>.db
+    run = cli_in_process(command, "--study-name", "smoke", cwd=tmp_path)
+    assert_user_error(run, "no database at runs/smoke.db")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_version_and_examples(tmp_path):
+    from importlib.metadata import version
+
+    run = cli_in_process("--version", cwd=tmp_path)
+    assert run.returncode == 0 and run.stdout.strip() == f"headprune {version('headprune')}"
+    for command in ("run", "export", "status", "export-model", "dashboard"):
+        help_text = cli_in_process(command, "--help", cwd=tmp_path).stdout
+        assert f"example:\n  launch-study {command}" in help_text
