@@ -14,8 +14,45 @@ import optuna
 from orchestrator.frontier import pareto_front
 
 REPO = Path(__file__).resolve().parent.parent
+# The test servers every machine of ours runs (CI's too): trust auth, a database named test.
+SERVERS = {
+    "postgresql": ("postgresql+psycopg://postgres@127.0.0.1:5432/test", 5432),
+    "mysql": ("mysql+pymysql://root@127.0.0.1:3306/test", 3306),
+}
 SMOKE = REPO / "studies" / "smoke.toml"
 LAUNCH_STUDY = Path(sys.executable).parent / "launch-study"
+
+
+def server_url(kind: str) -> str:
+    """The test server's URL. Where it does not answer the test is skipped with one line, except
+    under CI (``CI`` set), where every storage test must run."""
+    import socket
+
+    import pytest
+
+    url, port = SERVERS[kind]
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except OSError:
+        message = f"{kind} does not answer on 127.0.0.1:{port}"
+        if os.environ.get("CI"):
+            pytest.fail(f"{message} (CI is set: the storage tests must run)")
+        pytest.skip(f"{message} (set CI=1 to make this a failure)")
+    return url
+
+
+def drop_study(url: str, name: str) -> None:
+    """Remove a test's study from a shared server: Optuna's rows, the frontier, the lease."""
+    import sqlalchemy as sa
+
+    from orchestrator.storage import ParetoPoint, StudyLease, open_store
+
+    store = open_store(url)
+    with store.engine.begin() as conn:
+        conn.execute(sa.delete(ParetoPoint.__table__).where(ParetoPoint.study_name == name))
+        conn.execute(sa.delete(StudyLease.__table__).where(StudyLease.study_name == name))
+    with contextlib.suppress(KeyError):  # the test failed before creating it
+        optuna.delete_study(study_name=name, storage=store.storage)
 
 
 def launch(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:

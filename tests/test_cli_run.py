@@ -9,6 +9,7 @@ import struct
 import subprocess
 import time
 import urllib.request
+from pathlib import Path
 from wsgiref.util import setup_testing_defaults
 
 import optuna
@@ -197,6 +198,32 @@ def test_json_export_equals_the_frontier_table(smoke, tmp_path):
     ]
 
 
+def test_export_with_a_plot_keeps_stdout_data_only(smoke, tmp_path):
+    """The plot's paths go to stderr: stdout parses as CSV, and as JSON with --format json;
+    heads_per_layer is a list in JSON; --output x.json means JSON."""
+    plot = str(tmp_path / "front.png")
+    as_csv = on_smoke(smoke, "export", "--plot", plot, cwd=tmp_path)
+    assert as_csv.returncode == 0, as_csv.stderr
+    frame = pd.read_csv(__import__("io").StringIO(as_csv.stdout))
+    assert frame["trial_number"].dtype.kind == "i"
+    assert plot in as_csv.stderr and plot not in as_csv.stdout
+    as_json = on_smoke(smoke, "export", "--plot", plot, "--format", "json", cwd=tmp_path)
+    records = json.loads(as_json.stdout)
+    assert [r["trial_number"] for r in records] == frame["trial_number"].tolist()
+    assert all(isinstance(r["heads_per_layer"], list) for r in records)
+    by_suffix = on_smoke(smoke, "export", "--output", str(tmp_path / "f.json"), cwd=tmp_path)
+    assert by_suffix.returncode == 0 and json.loads((tmp_path / "f.json").read_text()) == records
+
+
+def test_export_into_a_closed_pipe_is_quiet(smoke, tmp_path):
+    command = f"'{LAUNCH_STUDY}' export --storage {smoke_url(smoke)} --study-name smoke --all | head -c 10"
+    run = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "trial_numb" and run.stderr == ""
+
+
 def test_plot_writes_two_valid_pngs(smoke, tmp_path):
     out = tmp_path / "front.png"
     run = on_smoke(
@@ -248,6 +275,27 @@ def test_exported_model_reloads_with_the_recorded_perplexity(smoke, tmp_path):
     assert ppl == pytest.approx(trial.values[0], rel=1e-5)
     assert model.cfg.layer_heads == tuple(heads(trial))
     assert len(generate(model, vocab, "ROMEO:", 20)) == len("ROMEO:") + 20
+
+
+def test_export_model_refuses_to_overwrite_unless_forced(smoke, tmp_path):
+    trial = smoke["study"].get_trials(states=(optuna.trial.TrialState.COMPLETE,))[-1]
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep me")
+    args = ("export-model", "--trial", str(trial.number), "--output")
+    refused = on_smoke(smoke, *args, str(out), cwd=tmp_path)
+    assert refused.returncode == 2 and "not empty; --force replaces it" in refused.stderr
+    assert (out / "mine.txt").read_text() == "keep me"
+    forced = on_smoke(smoke, *args, str(out), "--force", cwd=tmp_path)
+    assert forced.returncode == 0, forced.stderr
+    assert not (out / "mine.txt").exists() and (out / "model.safetensors").is_file()
+    source = trial.user_attrs["model_dir"]
+    onto_source = on_smoke(smoke, *args, source, "--force", cwd=tmp_path)
+    assert onto_source.returncode == 2 and "the trial's own folder" in onto_source.stderr
+    assert (Path(source) / "model.safetensors").is_file()
+    (tmp_path / "file").write_text("x")
+    onto_file = on_smoke(smoke, *args, str(tmp_path / "file"), cwd=tmp_path)
+    assert onto_file.returncode == 2 and "is a file" in onto_file.stderr
 
 
 def test_export_model_of_an_unfinished_trial_is_a_user_error(smoke, tmp_path):

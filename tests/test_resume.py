@@ -18,20 +18,21 @@ from pathlib import Path
 
 import optuna
 import pytest
-import sqlalchemy as sa
 from helpers import (
     LAUNCH_STUDY,
     SMOKE,
+    drop_study,
     expected_front,
     frontier_triples,
     kill_new_ray_processes,
     launch,
     leftover_ray_processes,
     ray_processes,
+    server_url,
 )
 from optuna.trial import TrialState
 
-from orchestrator.storage import ParetoPoint, StudyLease, open_store, read_frontier
+from orchestrator.storage import open_store, read_frontier
 
 pytestmark = pytest.mark.slow
 
@@ -47,21 +48,15 @@ SLOWER = [
     "--n-trials",
     str(N_TRIALS),
 ]
-POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def study_db(request, tmp_path):
     name = f"crash-{uuid.uuid4().hex[:8]}"
-    url = f"sqlite:///{tmp_path}/runs/crash.db" if request.param == "sqlite" else POSTGRES
+    url = f"sqlite:///{tmp_path}/runs/crash.db" if request.param == "sqlite" else server_url(request.param)
     yield url, name
     if request.param == "postgresql":
-        store = open_store(POSTGRES)
-        with store.engine.begin() as conn:
-            conn.execute(sa.delete(ParetoPoint.__table__).where(ParetoPoint.study_name == name))
-            conn.execute(sa.delete(StudyLease.__table__).where(StudyLease.study_name == name))
-        if name in {s.study_name for s in optuna.get_all_study_summaries(store.storage)}:
-            optuna.delete_study(study_name=name, storage=store.storage)
+        drop_study(url, name)
 
 
 def start(url: str, name: str, cwd: Path, *extra: str) -> tuple[subprocess.Popen, Path]:

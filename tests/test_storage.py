@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import subprocess
@@ -14,12 +13,20 @@ from pathlib import Path
 import optuna
 import pytest
 import sqlalchemy as sa
-from helpers import SMOKE, expected_front, frontier_triples, launch, leftover_ray_processes, ray_processes
+from helpers import (
+    SMOKE,
+    drop_study,
+    expected_front,
+    frontier_triples,
+    launch,
+    leftover_ray_processes,
+    ray_processes,
+    server_url,
+)
 from sqlalchemy.orm import Session
 
 from orchestrator.errors import UserError
 from orchestrator.storage import (
-    ParetoPoint,
     StudyLease,
     acquire_lease,
     create_or_load_study,
@@ -33,16 +40,12 @@ from orchestrator.storage import (
     renew_lease,
 )
 
-POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-
-
-MYSQL = "mysql+pymysql://root@127.0.0.1:3306/test"
-
 
 @pytest.fixture(params=["sqlite", "postgresql", "mysql"])
 def store(request, tmp_path):
-    urls = {"sqlite": f"sqlite:///{tmp_path}/s.db", "postgresql": POSTGRES, "mysql": MYSQL}
-    return open_store(urls[request.param])
+    return open_store(
+        f"sqlite:///{tmp_path}/s.db" if request.param == "sqlite" else server_url(request.param)
+    )
 
 
 @pytest.fixture
@@ -50,9 +53,7 @@ def study(store):
     name = f"test-{uuid.uuid4().hex[:10]}"
     study = create_or_load_study(store, name, optuna.samplers.RandomSampler(seed=0))
     yield study
-    with store.engine.begin() as conn:
-        conn.execute(sa.delete(ParetoPoint.__table__).where(ParetoPoint.study_name == name))
-    optuna.delete_study(study_name=name, storage=store.storage)
+    drop_study(store.url, name)
 
 
 def add_complete(study: optuna.Study, ppl: float, n_params: int) -> None:
@@ -115,13 +116,14 @@ def test_smoke_study_on_postgresql_keeps_the_password_out_of_files_and_logs(tmp_
     """The real CLI against the real server, with a password in the URL (trust auth ignores it)."""
     secret = f"pw{uuid.uuid4().hex[:12]}"
     name = f"smoke-{uuid.uuid4().hex[:8]}"
-    url = f"postgresql+psycopg://postgres:{secret}@127.0.0.1:5432/test"
+    server = server_url("postgresql")
+    url = server.replace("postgres@", f"postgres:{secret}@")
     before = ray_processes()
     try:
         run = launch("run", str(SMOKE), "--storage", url, "--study-name", name, cwd=tmp_path)
         assert run.returncode == 0, run.stderr[-3000:]
         assert leftover_ray_processes(before) == {}
-        store = open_store(POSTGRES)
+        store = open_store(server)
         study = optuna.load_study(study_name=name, storage=store.storage)
         assert len(study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))) == 3
         assert frontier_triples(read_frontier(store, name)) == expected_front(study)
@@ -131,11 +133,7 @@ def test_smoke_study_on_postgresql_keeps_the_password_out_of_files_and_logs(tmp_
             if path.is_file() and not path.is_socket():
                 assert secret.encode() not in path.read_bytes(), path
     finally:
-        store = open_store(POSTGRES)
-        with store.engine.begin() as conn:
-            conn.execute(sa.delete(ParetoPoint.__table__).where(ParetoPoint.study_name == name))
-        with contextlib.suppress(KeyError):  # the run failed before creating it
-            optuna.delete_study(study_name=name, storage=store.storage)
+        drop_study(server, name)
 
 
 def test_a_second_driver_is_refused_while_the_lease_is_fresh(store):
