@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from orchestrator.errors import UserError
+from orchestrator.errors import LeaseLost, UserError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -259,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"launch-study: error: {err}", file=sys.stderr)
         return 2
+    except LeaseLost as err:  # not the user's mistake: another driver holds the study now
+        print(f"launch-study: error: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("launch-study: interrupted", file=sys.stderr)
         return 130

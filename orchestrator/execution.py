@@ -23,6 +23,7 @@ import ray
 from ray import tune
 from ray.tune import Callback
 from ray.tune.search import Searcher
+from ray.tune.stopper import Stopper
 
 from orchestrator.early_stopping import RUNG_KEY
 from orchestrator.progress import say
@@ -96,8 +97,12 @@ class StudyDriver:
         on_finished: Callable[[int], None],
         spread_trials: int = 0,
         trial_cpu_seconds_budget: float | None = None,
+        still_leased: Callable[[], bool] = lambda: True,
     ) -> None:
         self.study, self.space = study, space
+        # Once another driver holds the study, this one neither asks nor tells (its running
+        # trials are the new holder's to resume): see storage.HeldLease.
+        self.still_leased = still_leased
         self.n_trials, self.max_failed = n_trials, max_failed
         self.spread_trials = spread_trials  # the first trials after the dense control spread sparsity
         self.on_finished = on_finished
@@ -116,6 +121,8 @@ class StudyDriver:
         self.curves: dict[str, list[list[float]]] = {}  # Tune trial id -> rung reports so far
 
     def next_config(self, tune_trial_id: str) -> dict | str | None:
+        if not self.still_leased():
+            return Searcher.FINISHED
         if self.n_finished >= self.n_trials or self.n_failed > self.max_failed or self._out_of_budget():
             return Searcher.FINISHED if not self.live else None
         if self.n_finished + len(self.live) >= self.n_trials:
@@ -169,7 +176,7 @@ class StudyDriver:
 
     def note_retry(self, tune_trial_id: str, error: Exception | None) -> None:
         trial = self.live.get(tune_trial_id)
-        if trial is not None:
+        if trial is not None and self.still_leased():
             retries = trial.user_attrs.get("worker_retries", 0) + 1
             trial.set_user_attr("worker_retries", retries)
             trial.set_user_attr("last_worker_error", error_line(error))
@@ -178,7 +185,7 @@ class StudyDriver:
         """A rung report: the trial's learning curve so far, kept on the Optuna trial (the
         dashboard shows it; a resumed driver seeds the scheduler's pools with it)."""
         trial = self.live.get(tune_trial_id)
-        if trial is not None and RUNG_KEY in result:
+        if trial is not None and RUNG_KEY in result and self.still_leased():
             point = [result[RUNG_KEY], result["finetune_step"], result["val_perplexity"]]
             # A worker restarted by Tune reports its rungs again: the new report replaces the old.
             earlier = [p for p in self.curves.get(tune_trial_id, []) if p[0] < point[0]]
@@ -200,7 +207,7 @@ class StudyDriver:
 
     def finish(self, tune_trial_id: str, result: dict | None, error: str | None) -> None:
         trial = self.live.pop(tune_trial_id, None)
-        if trial is None:
+        if trial is None or not self.still_leased():
             return
         seconds = time.time() - self.started.pop(tune_trial_id)
         self.curves.pop(tune_trial_id, None)
@@ -257,6 +264,22 @@ class StudySearcher(Searcher):
 
     def restore(self, checkpoint_path: str) -> None:
         """Nothing to restore: a resumed run reads the study from the database."""
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "driver"} | {"driver": None}
+
+
+class LeaseStopper(Stopper):
+    """Stops the whole Tune run once the driver has lost its study's lease."""
+
+    def __init__(self, driver: StudyDriver) -> None:
+        self.driver: StudyDriver | None = driver
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return self.driver is not None and not self.driver.still_leased()
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "driver"} | {"driver": None}

@@ -14,7 +14,14 @@ from optuna_dashboard import save_note
 from orchestrator.config import StudyConfig
 from orchestrator.early_stopping import ParetoHalving, ParetoHalvingScheduler
 from orchestrator.errors import UserError
-from orchestrator.execution import FINISHED, StudyCallback, StudyDriver, StudySearcher, train_on_worker
+from orchestrator.execution import (
+    FINISHED,
+    LeaseStopper,
+    StudyCallback,
+    StudyDriver,
+    StudySearcher,
+    train_on_worker,
+)
 from orchestrator.export import study_table, write_table
 from orchestrator.preflight import (
     check_devices,
@@ -27,6 +34,7 @@ from orchestrator.preflight import (
 from orchestrator.progress import PhaseProgress, say
 from orchestrator.report import dense_reference, front_note
 from orchestrator.storage import (
+    HeldLease,
     StudyStore,
     check_objectives,
     create_or_load_study,
@@ -126,14 +134,19 @@ def run_study(cfg: StudyConfig, opts: RunOptions) -> RunSummary:
     store = open_store(opts.storage_url)
     if study_exists(store, opts.study_name):
         check_objectives(store, opts.study_name)  # before the lease: a mistake writes nothing
-    with hold_lease(store, opts.study_name, cfg.study.lease_seconds) as previous_owner:
-        if previous_owner:
-            say(f"took over the study from {previous_owner}, whose lease had expired")
-        return _run_leased(cfg, opts, store, corpus, model_cfg)
+    with hold_lease(store, opts.study_name, cfg.study.lease_seconds) as lease:
+        if lease.takeover:
+            say(lease.takeover.describe())
+        return _run_leased(cfg, opts, store, corpus, model_cfg, lease)
 
 
 def _run_leased(
-    cfg: StudyConfig, opts: RunOptions, store: StudyStore, corpus: CharCorpus, model_cfg: ModelConfig
+    cfg: StudyConfig,
+    opts: RunOptions,
+    store: StudyStore,
+    corpus: CharCorpus,
+    model_cfg: ModelConfig,
+    lease: HeldLease,
 ) -> RunSummary:
     study = create_or_load_study(store, opts.study_name, _sampler(cfg, opts, store))
     say(f"study {opts.study_name!r} in {store.safe_url}")
@@ -158,6 +171,7 @@ def _run_leased(
         on_finished=lambda number: _after_trial(store, study, driver, number),
         spread_trials=startup_trials(cfg, opts),
         trial_cpu_seconds_budget=opts.trial_cpu_seconds_budget,
+        still_leased=lambda: not lease.lost.is_set(),
     )
     dense = None
     if driver.n_finished < opts.n_trials:
@@ -168,6 +182,7 @@ def _run_leased(
         )
         study.set_user_attr("dense_val_perplexity", dense.val_perplexity)
         _search(cfg, opts, driver, TrialSetup(corpus, dense, cfg.budget, cfg.study.seed))
+        lease.check()  # a driver that lost the study writes no front: the holder does
     else:
         say(f"study already holds {driver.n_finished} finished trials (asked for {opts.n_trials})")
 
@@ -282,6 +297,7 @@ def _search(cfg: StudyConfig, opts: RunOptions, driver: StudyDriver, setup: Tria
                 name=f"{opts.study_name}",
                 storage_path=str((opts.artifacts / "ray").resolve()),
                 callbacks=[StudyCallback(driver)],
+                stop=LeaseStopper(driver),
                 failure_config=tune.FailureConfig(max_failures=cfg.study.max_retries),
                 verbose=0,
             ),

@@ -27,7 +27,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from orchestrator.errors import UserError
+from orchestrator.errors import LeaseLost, UserError
 from orchestrator.frontier import pareto_front
 
 OBJECTIVES = ("val_perplexity", "n_params")
@@ -59,13 +59,16 @@ class ParetoPoint(Base):
 
 
 class StudyLease(Base):
-    """One driver per study: the owner keeps ``heartbeat_at`` fresh; an expired lease is free."""
+    """One driver per study: the owner keeps ``heartbeat_at`` fresh; a lease silent for longer
+    than its owner's ``ttl_seconds`` is free. The TTL is the holder's, stored with the lease:
+    a newcomer judging a fresh lease by its own (shorter) TTL would take it from a live driver."""
 
     __tablename__ = "study_lease"
 
     study_name: Mapped[str] = mapped_column(sa.String(512), primary_key=True)
     owner: Mapped[str] = mapped_column(sa.String(256))
     heartbeat_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True))
+    ttl_seconds: Mapped[float | None] = mapped_column(sa.Float, nullable=True)  # None: rows of 0.1
 
 
 # What a COMPLETE trial's row shows, first in every export; the frontier table adds the rest.
@@ -176,7 +179,17 @@ def open_store(url: str, create: bool = True) -> StudyStore:
         raise UserError(f"cannot connect to database {redact(url)}: {reason}") from None
     storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
     Base.metadata.create_all(engine)  # idempotent
+    _add_missing_columns(engine)
     return StudyStore(url, storage, engine)
+
+
+def _add_missing_columns(engine: sa.Engine) -> None:
+    """Databases made by an earlier version lack ``study_lease.ttl_seconds``: add it (nullable,
+    so old rows stay valid). create_all makes missing tables, never missing columns."""
+    columns = {c["name"] for c in sa.inspect(engine).get_columns("study_lease")}
+    if "ttl_seconds" not in columns:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("ALTER TABLE study_lease ADD COLUMN ttl_seconds FLOAT")
 
 
 def study_exists(store: StudyStore, name: str) -> bool:
@@ -300,36 +313,62 @@ def _died_here(owner: str) -> bool:
     return False
 
 
-def acquire_lease(store: StudyStore, study_name: str, owner: str, ttl_seconds: float) -> str | None:
-    """Take the study's lease; returns the previous owner when an expired lease was taken over.
-    Raises UserError while another driver's heartbeat is fresh."""
-    now = datetime.now(UTC)
+@dataclass(frozen=True)
+class Takeover:
+    """Whose lease a driver took, and why it could."""
+
+    previous_owner: str
+    reason: str  # "died": a driver of this machine whose process is gone; "expired": silent too long
+
+    def describe(self) -> str:
+        if self.reason == "died":
+            return f"took over the study from {self.previous_owner}, whose process on this machine is gone"
+        return f"took over the study from {self.previous_owner}, whose lease had expired"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def acquire_lease(
+    store: StudyStore, study_name: str, owner: str, ttl_seconds: float, now: datetime | None = None
+) -> Takeover | None:
+    """Take the study's lease; returns the takeover when another driver's lease was taken.
+    Raises UserError while another driver's heartbeat is fresh by that driver's own TTL."""
+    now = now or _now()
     try:
         with Session(store.engine) as session, session.begin():
             lease = session.get(StudyLease, study_name, with_for_update=True)
             if lease is None:
-                session.add(StudyLease(study_name=study_name, owner=owner, heartbeat_at=now))
+                session.add(
+                    StudyLease(study_name=study_name, owner=owner, heartbeat_at=now, ttl_seconds=ttl_seconds)
+                )
                 return None
             age = (now - _utc(lease.heartbeat_at)).total_seconds()
-            if lease.owner != owner and age < ttl_seconds and not _died_here(lease.owner):
+            holder_ttl = lease.ttl_seconds or ttl_seconds
+            died = lease.owner != owner and _died_here(lease.owner)
+            if lease.owner != owner and age < holder_ttl and not died:
                 raise UserError(
                     f"study {study_name!r} is being run by another driver ({lease.owner}, heartbeat "
-                    f"{age:.0f}s ago); wait for it, or for its lease to expire ({ttl_seconds:.0f}s after "
+                    f"{age:.0f}s ago); wait for it, or for its lease to expire ({holder_ttl:.0f}s after "
                     "its last heartbeat)"
                 )
-            previous, lease.owner, lease.heartbeat_at = lease.owner, owner, now
-            return previous if previous != owner else None
+            previous = lease.owner
+            lease.owner, lease.heartbeat_at, lease.ttl_seconds = owner, now, ttl_seconds
+            if previous == owner:
+                return None
+            return Takeover(previous, "died" if died else "expired")
     except sa.exc.IntegrityError:  # another driver inserted the row between our read and write
         raise UserError(f"study {study_name!r} is being started by another driver") from None
 
 
-def renew_lease(store: StudyStore, study_name: str, owner: str) -> bool:
+def renew_lease(store: StudyStore, study_name: str, owner: str, now: datetime | None = None) -> bool:
     """Refresh the heartbeat; False when the lease is no longer ours."""
     with store.engine.begin() as conn:
         updated = conn.execute(
             sa.update(StudyLease)
             .where(StudyLease.study_name == study_name, StudyLease.owner == owner)
-            .values(heartbeat_at=datetime.now(UTC))
+            .values(heartbeat_at=now or _now())
         )
     return updated.rowcount == 1
 
@@ -341,24 +380,62 @@ def release_lease(store: StudyStore, study_name: str, owner: str) -> None:
         )
 
 
+class HeldLease:
+    """A driver's hold on its study: ``beat`` renews it (a thread calls it every ttl/3 s);
+    ``lost`` is set once the lease is another driver's, or once no renewal has succeeded for a
+    whole TTL (another driver may then take it at any moment)."""
+
+    def __init__(self, store: StudyStore, study_name: str, ttl_seconds: float, clock=_now) -> None:
+        self.store, self.study_name, self.ttl_seconds, self.clock = store, study_name, ttl_seconds, clock
+        self.owner = _lease_owner()
+        self.takeover = acquire_lease(store, study_name, self.owner, ttl_seconds, now=clock())
+        self.last_renewed = clock()
+        self.lost = threading.Event()
+        self.lost_reason = ""
+
+    def beat(self) -> None:
+        now = self.clock()
+        try:
+            if renew_lease(self.store, self.study_name, self.owner, now=now):
+                self.last_renewed = now
+                return
+            self._lose("another driver took the study's lease")
+        except SQLAlchemyError as err:  # a missed beat is retried on the next, within the TTL
+            if (now - self.last_renewed).total_seconds() >= self.ttl_seconds:
+                self._lose(
+                    f"the lease could not be renewed for {self.ttl_seconds:.0f}s ({type(err).__name__})"
+                )
+
+    def _lose(self, reason: str) -> None:
+        if not self.lost.is_set():
+            self.lost_reason = reason
+            self.lost.set()
+
+    def check(self) -> None:
+        """Raise LeaseLost once the lease is gone."""
+        if self.lost.is_set():
+            raise LeaseLost(
+                f"study {self.study_name!r}: {self.lost_reason}; this driver stopped without recording "
+                "its running trials (the study's holder resumes them)"
+            )
+
+
 @contextlib.contextmanager
-def hold_lease(store: StudyStore, study_name: str, ttl_seconds: float) -> Iterator[str | None]:
-    """Hold the study's lease for the block, renewing it from a thread every ttl/3 seconds.
-    Yields the owner of an expired lease that was taken over, if any."""
-    owner = _lease_owner()
-    previous = acquire_lease(store, study_name, owner, ttl_seconds)
+def hold_lease(store: StudyStore, study_name: str, ttl_seconds: float) -> Iterator[HeldLease]:
+    """Hold the study's lease for the block, renewing it from a thread every ttl/3 seconds."""
+    held = HeldLease(store, study_name, ttl_seconds)
     stop = threading.Event()
 
     def beat() -> None:
-        while not stop.wait(ttl_seconds / 3):
-            with contextlib.suppress(SQLAlchemyError):  # a missed beat is retried on the next
-                renew_lease(store, study_name, owner)
+        while not stop.wait(ttl_seconds / 3) and not held.lost.is_set():
+            held.beat()
 
     thread = threading.Thread(target=beat, name="lease-heartbeat", daemon=True)
     thread.start()
     try:
-        yield previous
+        yield held
     finally:
         stop.set()
         thread.join()
-        release_lease(store, study_name, owner)
+        if not held.lost.is_set():
+            release_lease(store, study_name, held.owner)

@@ -25,9 +25,11 @@ from helpers import (
 )
 from sqlalchemy.orm import Session
 
-from orchestrator.errors import UserError
+from orchestrator.errors import LeaseLost, UserError
 from orchestrator.storage import (
+    HeldLease,
     StudyLease,
+    Takeover,
     acquire_lease,
     create_or_load_study,
     fail_orphaned_trials,
@@ -146,19 +148,67 @@ def test_a_second_driver_is_refused_while_the_lease_is_fresh(store):
     release_lease(store, name, "driver-b")
 
 
-def test_an_expired_lease_is_taken_over_and_the_old_owner_loses_it(store):
+def test_a_fresh_lease_is_judged_by_its_holders_ttl_not_the_newcomers(store):
+    """The race of issue 13: a second run with lease_seconds=1 took a live driver's study."""
     name = f"lease-{uuid.uuid4().hex[:8]}"
-    acquire_lease(store, name, "driver-a", ttl_seconds=60)
-    with store.engine.begin() as conn:  # driver-a went silent two minutes ago
-        conn.execute(
-            sa.update(StudyLease)
-            .where(StudyLease.study_name == name)
-            .values(heartbeat_at=datetime.now(UTC) - timedelta(seconds=120))
-        )
-    assert acquire_lease(store, name, "driver-b", ttl_seconds=60) == "driver-a"
+    start = datetime.now(UTC)
+    acquire_lease(store, name, "driver-a", ttl_seconds=60, now=start)
+    with pytest.raises(UserError, match="driver-a.*60s after"):
+        acquire_lease(store, name, "driver-b", ttl_seconds=1, now=start + timedelta(seconds=5))
+    takeover = acquire_lease(store, name, "driver-b", ttl_seconds=1, now=start + timedelta(seconds=61))
+    assert takeover == Takeover("driver-a", "expired")
+    assert "whose lease had expired" in takeover.describe()
     assert renew_lease(store, name, "driver-a") is False
     assert renew_lease(store, name, "driver-b") is True
     release_lease(store, name, "driver-b")
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+def test_a_holder_whose_lease_was_taken_stops_at_its_next_beat(store):
+    name = f"lease-{uuid.uuid4().hex[:8]}"
+    clock = FakeClock()
+    held = HeldLease(store, name, ttl_seconds=60, clock=clock)
+    clock.advance(20)
+    held.beat()
+    held.check()  # still ours
+    acquire_lease(store, name, "driver-b", ttl_seconds=60, now=clock.now + timedelta(seconds=61))
+    held.beat()
+    assert held.lost.is_set()
+    with pytest.raises(LeaseLost, match="another driver took the study's lease"):
+        held.check()
+    release_lease(store, name, "driver-b")
+
+
+def test_a_holder_that_cannot_renew_for_a_whole_ttl_stops(store, monkeypatch):
+    import orchestrator.storage as storage
+
+    name = f"lease-{uuid.uuid4().hex[:8]}"
+    clock = FakeClock()
+    held = HeldLease(store, name, ttl_seconds=60, clock=clock)
+
+    def unreachable(*args, **kwargs):
+        raise sa.exc.OperationalError("renew", {}, Exception("server closed the connection"))
+
+    monkeypatch.setattr(storage, "renew_lease", unreachable)
+    clock.advance(30)
+    held.beat()
+    assert not held.lost.is_set()  # one missed beat is retried
+    clock.advance(31)
+    held.beat()
+    with pytest.raises(LeaseLost, match="could not be renewed for 60s"):
+        held.check()
+    monkeypatch.undo()
+    release_lease(store, name, held.owner)
 
 
 def test_hold_lease_renews_from_a_thread_and_releases(store):
@@ -168,12 +218,14 @@ def test_hold_lease_renews_from_a_thread_and_releases(store):
         with Session(store.engine) as session:
             return session.get(StudyLease, name).heartbeat_at
 
-    with hold_lease(store, name, ttl_seconds=1.5):
+    with hold_lease(store, name, ttl_seconds=0.3) as held:
         first = heartbeat()
-        time.sleep(1.2)
-        assert heartbeat() > first
+        deadline = time.monotonic() + 30
+        while heartbeat() == first and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert heartbeat() > first and not held.lost.is_set()
         with pytest.raises(UserError):
-            acquire_lease(store, name, "intruder", ttl_seconds=1.5)
+            acquire_lease(store, name, "intruder", ttl_seconds=0.3, now=heartbeat().replace(tzinfo=UTC))
     with Session(store.engine) as session:
         assert session.get(StudyLease, name) is None
 
@@ -184,8 +236,23 @@ def test_the_lease_of_a_dead_driver_on_this_machine_is_taken_over_at_once(store)
     finished.wait()  # reaped: its process id is no longer alive
     dead = f"{socket.gethostname()}:{finished.pid}:x"
     acquire_lease(store, name, dead, ttl_seconds=600)
-    assert acquire_lease(store, name, "driver-b", ttl_seconds=600) == dead
+    takeover = acquire_lease(store, name, "driver-b", ttl_seconds=600)
+    assert takeover == Takeover(dead, "died")
+    assert "whose process on this machine is gone" in takeover.describe()
     release_lease(store, name, "driver-b")
+
+
+def test_a_lease_table_of_an_earlier_version_gains_its_ttl_column(tmp_path):
+    url = f"sqlite:///{tmp_path}/old.db"
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:  # the 0.1 schema: no ttl_seconds
+        conn.exec_driver_sql(
+            "CREATE TABLE study_lease (study_name VARCHAR(512) PRIMARY KEY, owner VARCHAR(256), "
+            "heartbeat_at DATETIME)"
+        )
+        conn.exec_driver_sql("INSERT INTO study_lease VALUES ('old', 'driver-a', '2020-01-01 00:00:00')")
+    store = open_store(url)
+    assert acquire_lease(store, "old", "driver-b", ttl_seconds=60) == Takeover("driver-a", "expired")
 
 
 def test_the_lease_of_a_live_driver_on_this_machine_is_respected(store):
