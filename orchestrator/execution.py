@@ -30,43 +30,71 @@ from orchestrator.progress import say
 from orchestrator.search_space import SearchSpace
 from orchestrator.storage import OBJECTIVES
 from trainers.hparams import TrialHParams
-from trainers.trial import RungReport, TrialSetup, run_trial
+from trainers.trial import TRANSIENT_ERRORS, RungReport, TrialSetup, run_trial
 
 RESULT_KEY = "trial_result"  # the whole TrialResult, as JSON, beside the two objectives
+ERROR_KEY = "trial_error"  # a deterministic failure, reported as a result so Tune does not retry it
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 CONTROL_NOTE = "nothing sampled: values the study file fixes as set, searched ones at their defaults"
 
 
-def report_rung(report: RungReport) -> None:
-    """An intermediate result: the scheduler may stop the trial here (then this never returns)."""
-    tune.report(
-        {
-            "val_perplexity": report.val_perplexity,
-            "n_params": report.n_params,
-            RUNG_KEY: report.rung,
-            "finetune_step": report.step,
-            "finetune_steps": report.steps,
-            "cpu_seconds": report.cpu_seconds,
-        }
-    )
+class RungReporter:
+    """Passes rung results to Tune, and remembers whether Tune raised from one (a scheduler
+    stopping the trial): that exception is Tune's to handle, not a failure of the trial."""
+
+    def __init__(self) -> None:
+        self.tune_raised = False
+
+    def __call__(self, report: RungReport) -> None:
+        try:
+            tune.report(
+                {
+                    "val_perplexity": report.val_perplexity,
+                    "n_params": report.n_params,
+                    RUNG_KEY: report.rung,
+                    "finetune_step": report.step,
+                    "finetune_steps": report.steps,
+                    "cpu_seconds": report.cpu_seconds,
+                }
+            )
+        except BaseException:
+            self.tune_raised = True
+            raise
+
+
+def describe_error(error: BaseException) -> str:
+    """``Type: message``, the message's last line (a driver's or Tune's may span many)."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[-1] if lines else ''}".rstrip(": ")
 
 
 def train_on_worker(config: dict[str, Any], setup: TrialSetup, rungs: tuple[float, ...] = ()) -> None:
-    """The Tune trainable: runs on a Ray worker, knows nothing of the database."""
+    """The Tune trainable: runs on a Ray worker, knows nothing of the database. A deterministic
+    failure is reported as a result (type and message), so that Tune does not run it again; a
+    transient one (``TRANSIENT_ERRORS``) is raised, and Tune retries it like a dead worker."""
     import torch
 
     threads = setup.budget.threads or max(
         1, int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))
     )
     torch.set_num_threads(threads)
-    result = run_trial(
-        setup,
-        TrialHParams(**config["hparams"]),
-        save_dir=Path(config["model_dir"]),
-        resume_dirs=[Path(p) for p in config.get("resume_dirs", [])],
-        rungs=rungs,
-        report_rung=report_rung,
-    )
+    reporter = RungReporter()
+    try:
+        result = run_trial(
+            setup,
+            TrialHParams(**config["hparams"]),
+            save_dir=Path(config["model_dir"]),
+            resume_dirs=[Path(p) for p in config.get("resume_dirs", [])],
+            rungs=rungs,
+            report_rung=reporter,
+        )
+    except TRANSIENT_ERRORS:
+        raise
+    except Exception as error:
+        if reporter.tune_raised:
+            raise
+        tune.report({ERROR_KEY: describe_error(error)[-2000:]})
+        return
     tune.report(
         {
             "val_perplexity": result.val_perplexity,
@@ -78,9 +106,8 @@ def train_on_worker(config: dict[str, Any], setup: TrialSetup, rungs: tuple[floa
 
 
 def error_line(error: Exception | None) -> str:
-    """The last line of a trial's error (the exception itself, not Tune's traceback)."""
-    text = str(error).strip() if error else ""
-    return text.splitlines()[-1] if text else "the trial's worker failed"
+    """What Tune's error of a trial says: its type and last line, not Tune's traceback."""
+    return describe_error(error) if error else "the trial's worker failed"
 
 
 class StudyDriver:
@@ -216,6 +243,8 @@ class StudyDriver:
             self._stopped_early(trial, result, seconds)
             self.on_finished(trial.number)
             return
+        if error is None and result and ERROR_KEY in result:
+            error = result[ERROR_KEY]
         if error is None and result and RESULT_KEY in result:
             outcome = json.loads(result[RESULT_KEY])
             values = [outcome["val_perplexity"], outcome["n_params"]]

@@ -44,6 +44,7 @@ class StudyStatus:
     stopped_early: int = 0  # PRUNED trials
     saved_steps: int = 0  # fine-tuning steps the stopped trials did not take
     stopped_budget_steps: int = 0  # fine-tuning steps they would have taken
+    last_failure: tuple[int, str] | None = None  # (trial number, "Type: message")
 
 
 def _in_band(sparsity: float, low: float, high: float) -> bool:
@@ -99,7 +100,17 @@ def study_status(study: optuna.Study) -> StudyStatus:
         stopped_early=len(stopped),
         saved_steps=sum(t.user_attrs.get("saved_steps", 0) for t in stopped),
         stopped_budget_steps=sum(t.user_attrs.get("finetune_steps", 0) for t in stopped),
+        last_failure=last_failure(trials),
     )
+
+
+def last_failure(trials: list) -> tuple[int, str] | None:
+    """The latest FAIL trial and why it failed, as recorded."""
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    if not failed:
+        return None
+    trial = failed[-1]
+    return trial.number, trial.user_attrs.get("error", "no cause recorded")
 
 
 def format_status(status: StudyStatus) -> str:
@@ -129,6 +140,9 @@ def format_status(status: StudyStatus) -> str:
     lines.append(f"  elapsed: {status.elapsed_s / 60:.1f} min")
     if status.remaining_s is not None:
         lines.append(f"  estimated remaining: {status.remaining_s / 60:.1f} min")
+    if status.last_failure:
+        number, error = status.last_failure
+        lines.append(f"  last failure: trial {number}: {error}")
     return "\n".join(lines)
 
 

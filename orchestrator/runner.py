@@ -32,7 +32,7 @@ from orchestrator.preflight import (
     check_writable_folder,
 )
 from orchestrator.progress import PhaseProgress, say
-from orchestrator.report import dense_reference, front_note
+from orchestrator.report import dense_reference, front_note, last_failure
 from orchestrator.storage import (
     HeldLease,
     StudyStore,
@@ -187,6 +187,10 @@ def _run_leased(
         say(f"study already holds {driver.n_finished} finished trials (asked for {opts.n_trials})")
 
     rows = refresh_frontier(store, study)
+    if not rows:
+        failure = last_failure(study.get_trials(deepcopy=False))
+        cause = f"; the last failure: trial {failure[0]}: {failure[1]}" if failure else ""
+        raise UserError(f"study {opts.study_name!r} has no complete trial to export{cause}")
     csv = write_table(study_table(store, study), opts.output_csv)
     say(f"Pareto front: {len(rows)} trials -> {csv}")
     return RunSummary(opts.study_name, driver.n_finished, driver.n_failed, len(rows), dense, csv)

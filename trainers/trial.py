@@ -72,6 +72,17 @@ class TrialResult:
 AFTER_PRUNE = "after_prune"  # the checkpoint a retried trial resumes from
 
 
+class TransientTrialError(RuntimeError):
+    """A failure that running the same trial again may not meet (a resource that was busy, a
+    file another process was writing). Everything else a trial raises is deterministic: the same
+    configuration fails the same way, so it is recorded and not retried."""
+
+
+# What the orchestrator retries besides a worker that died: a GPU's memory is shared with the
+# other trials on it, so running out of it says more about them than about this trial.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (TransientTrialError, torch.cuda.OutOfMemoryError)
+
+
 def _resume_point(dirs: list[Path], hp: TrialHParams, device: torch.device):
     """(model, outcome, seconds, batch generator state) saved after the pruning phase by an
     earlier try of this trial, so the retry continues exactly where that one was."""

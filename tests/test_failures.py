@@ -1,0 +1,75 @@
+"""A failed trial says why; only what may pass by itself is run again (issue 13)."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+from helpers import SMOKE
+
+import orchestrator.execution as execution
+from orchestrator.config import load_study_config
+from orchestrator.execution import ERROR_KEY, StudyDriver, train_on_worker
+from orchestrator.report import format_status, study_status
+from trainers.trial import TransientTrialError
+
+
+def worker_outcome(monkeypatch, error: BaseException) -> list[dict]:
+    """Run the Tune trainable in this process, its trial raising ``error``: what it reported."""
+    reports: list[dict] = []
+    monkeypatch.setattr(execution.tune, "report", reports.append)
+    monkeypatch.setattr(execution, "run_trial", lambda *a, **k: (_ for _ in ()).throw(error))
+    setup = type("Setup", (), {"budget": type("Budget", (), {"threads": 1})()})()
+    train_on_worker({"hparams": {}, "model_dir": "/nonexistent"}, setup)
+    return reports
+
+
+def test_a_deterministic_failure_is_reported_with_its_type_not_raised(monkeypatch):
+    reports = worker_outcome(monkeypatch, RuntimeError("Torch not compiled with CUDA enabled"))
+    assert reports == [{ERROR_KEY: "RuntimeError: Torch not compiled with CUDA enabled"}]
+
+
+@pytest.mark.parametrize("error", [TransientTrialError("disk busy"), KeyboardInterrupt()])
+def test_a_transient_failure_is_raised_for_tune_to_retry(monkeypatch, error):
+    with pytest.raises(type(error)):
+        worker_outcome(monkeypatch, error)
+
+
+def test_an_exception_from_tune_itself_is_tunes(monkeypatch):
+    """A scheduler stopping the trial raises out of tune.report at a rung: not a trial failure."""
+    reports: list[dict] = []
+
+    class Stop(Exception):
+        pass
+
+    def report(metrics):
+        reports.append(metrics)
+        raise Stop
+
+    def trial_with_a_rung(setup, hp, report_rung=None, **kwargs):
+        report_rung(execution.RungReport(0, 10, 100, 5.0, 1000, 1.0))
+
+    monkeypatch.setattr(execution.tune, "report", report)
+    monkeypatch.setattr(execution, "run_trial", trial_with_a_rung)
+    setup = type("Setup", (), {"budget": type("Budget", (), {"threads": 1})()})()
+    with pytest.raises(Stop):
+        train_on_worker({"hparams": {}, "model_dir": "/nonexistent"}, setup)
+    assert len(reports) == 1 and ERROR_KEY not in reports[0]
+
+
+def test_the_driver_records_the_cause_and_status_shows_it(tmp_path):
+    cfg = load_study_config(SMOKE)
+    study = optuna.create_study(
+        study_name="f", storage=f"sqlite:///{tmp_path}/f.db", directions=["minimize", "minimize"]
+    )
+    driver = StudyDriver(
+        study, cfg.search, n_trials=3, max_failed=5, models_dir=tmp_path, on_finished=lambda n: None
+    )
+    driver.next_config("t0")
+    driver.finish("t0", {ERROR_KEY: "RuntimeError: Torch not compiled with CUDA enabled"}, None)
+    (trial,) = study.get_trials()
+    assert trial.state == optuna.trial.TrialState.FAIL
+    assert trial.user_attrs["error"] == "RuntimeError: Torch not compiled with CUDA enabled"
+    assert driver.n_failed == 1 and driver.n_finished == 0
+    assert "last failure: trial 0: RuntimeError: Torch not compiled with CUDA enabled" in format_status(
+        study_status(study)
+    )
