@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 from pathlib import Path
 
 from orchestrator.errors import LeaseLost, UserError
+from orchestrator.interrupts import Interrupted, raise_on_sigterm
 
 
 class _Parser(argparse.ArgumentParser):
@@ -247,6 +249,8 @@ def _quiet_libraries() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     _quiet_libraries()
+    if threading.current_thread() is threading.main_thread():
+        raise_on_sigterm()
     try:
         commands = {
             "run": _run,
@@ -262,8 +266,11 @@ def main(argv: list[str] | None = None) -> int:
     except LeaseLost as err:  # not the user's mistake: another driver holds the study now
         print(f"launch-study: error: {err}", file=sys.stderr)
         return 1
+    except Interrupted as stop:
+        print(f"launch-study: {stop}", file=sys.stderr)
+        return stop.exit_code
     except KeyboardInterrupt:
-        print("launch-study: interrupted", file=sys.stderr)
+        print("launch-study: interrupted (SIGINT)", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # The reader went away (`export | head -1`): not an error of ours. Python would complain

@@ -130,6 +130,7 @@ class StudyDriver:
         # Once another driver holds the study, this one neither asks nor tells (its running
         # trials are the new holder's to resume): see storage.HeldLease.
         self.still_leased = still_leased
+        self.interrupted_by: int | None = None  # the signal that stopped the run (interrupts.py)
         self.n_trials, self.max_failed = n_trials, max_failed
         self.spread_trials = spread_trials  # the first trials after the dense control spread sparsity
         self.on_finished = on_finished
@@ -147,8 +148,17 @@ class StudyDriver:
         self.started: dict[str, float] = {}
         self.curves: dict[str, list[list[float]]] = {}  # Tune trial id -> rung reports so far
 
+    def interrupt(self, signum: int) -> None:
+        """A signal: ask for no more trials; Tune stops the running ones (RunStopper), which
+        stay in ``live`` for the runner to fail and ask for again."""
+        self.interrupted_by = signum
+
+    def unfinished(self) -> list[int]:
+        """Numbers of the trials still running for this driver."""
+        return [trial.number for trial in self.live.values()]
+
     def next_config(self, tune_trial_id: str) -> dict | str | None:
-        if not self.still_leased():
+        if not self.still_leased() or self.interrupted_by is not None:
             return Searcher.FINISHED
         if self.n_finished >= self.n_trials or self.n_failed > self.max_failed or self._out_of_budget():
             return Searcher.FINISHED if not self.live else None
@@ -233,6 +243,8 @@ class StudyDriver:
         self.n_finished += 1
 
     def finish(self, tune_trial_id: str, result: dict | None, error: str | None) -> None:
+        if self.interrupted_by is not None and not (result and RESULT_KEY in result):
+            return  # stopped by the interrupt, not finished: the runner asks for it again
         trial = self.live.pop(tune_trial_id, None)
         if trial is None or not self.still_leased():
             return
@@ -298,8 +310,8 @@ class StudySearcher(Searcher):
         return {k: v for k, v in self.__dict__.items() if k != "driver"} | {"driver": None}
 
 
-class LeaseStopper(Stopper):
-    """Stops the whole Tune run once the driver has lost its study's lease."""
+class RunStopper(Stopper):
+    """Stops the whole Tune run once the driver has lost its study's lease or was interrupted."""
 
     def __init__(self, driver: StudyDriver) -> None:
         self.driver: StudyDriver | None = driver
@@ -308,7 +320,8 @@ class LeaseStopper(Stopper):
         return False
 
     def stop_all(self) -> bool:
-        return self.driver is not None and not self.driver.still_leased()
+        driver = self.driver
+        return driver is not None and (driver.interrupted_by is not None or not driver.still_leased())
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "driver"} | {"driver": None}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,13 +17,14 @@ from orchestrator.early_stopping import ParetoHalving, ParetoHalvingScheduler
 from orchestrator.errors import UserError
 from orchestrator.execution import (
     FINISHED,
-    LeaseStopper,
+    RunStopper,
     StudyCallback,
     StudyDriver,
     StudySearcher,
     train_on_worker,
 )
 from orchestrator.export import study_table, write_table
+from orchestrator.interrupts import Interrupted, wind_down
 from orchestrator.preflight import (
     check_devices,
     check_ray_address,
@@ -38,6 +40,7 @@ from orchestrator.storage import (
     StudyStore,
     check_objectives,
     create_or_load_study,
+    fail_and_ask_again,
     fail_orphaned_trials,
     hold_lease,
     open_store,
@@ -150,7 +153,7 @@ def _run_leased(
 ) -> RunSummary:
     study = create_or_load_study(store, opts.study_name, _sampler(cfg, opts, store))
     say(f"study {opts.study_name!r} in {store.safe_url}")
-    orphans = fail_orphaned_trials(study)
+    orphans = fail_orphaned_trials(store, study)
     if orphans:
         say(
             f"marked FAIL the trials {[t.number for t in orphans]} left RUNNING by a driver that "
@@ -183,6 +186,8 @@ def _run_leased(
         study.set_user_attr("dense_val_perplexity", dense.val_perplexity)
         _search(cfg, opts, driver, TrialSetup(corpus, dense, cfg.budget, cfg.study.seed))
         lease.check()  # a driver that lost the study writes no front: the holder does
+        if driver.interrupted_by is not None:
+            _wind_down(store, study, driver)
     else:
         say(f"study already holds {driver.n_finished} finished trials (asked for {opts.n_trials})")
 
@@ -194,6 +199,27 @@ def _run_leased(
     csv = write_table(study_table(store, study), opts.output_csv)
     say(f"Pareto front: {len(rows)} trials -> {csv}")
     return RunSummary(opts.study_name, driver.n_finished, driver.n_failed, len(rows), dense, csv)
+
+
+def _wind_down(store: StudyStore, study: optuna.Study, driver: StudyDriver) -> None:
+    """After an interrupt: the trials that were running are failed and asked for again (a
+    resumed run continues them), the frontier table is brought up to date, and the run ends
+    with how to resume it; no CSV is written for a study that did not finish."""
+    import shlex
+    import sys
+
+    name = signal.Signals(driver.interrupted_by).name
+    numbers = set(driver.unfinished())
+    running = [t for t in study.get_trials(deepcopy=False) if t.number in numbers]
+    fail_and_ask_again(store, study, running, f"interrupted ({name}) while it ran")
+    refresh_frontier(store, study)
+    again = f" (trials {sorted(numbers)} will run again)" if numbers else ""
+    command = shlex.join(["launch-study", *sys.argv[1:]])
+    raise Interrupted(
+        driver.interrupted_by,
+        f"interrupted ({name}) with {driver.n_finished} of {driver.n_trials} trials finished{again}; "
+        f"resume with: {command}",
+    )
 
 
 def package_versions() -> dict[str, str]:
@@ -301,11 +327,13 @@ def _search(cfg: StudyConfig, opts: RunOptions, driver: StudyDriver, setup: Tria
                 name=f"{opts.study_name}",
                 storage_path=str((opts.artifacts / "ray").resolve()),
                 callbacks=[StudyCallback(driver)],
-                stop=LeaseStopper(driver),
+                stop=RunStopper(driver),
                 failure_config=tune.FailureConfig(max_failures=cfg.study.max_retries),
                 verbose=0,
             ),
         )
-        tuner.fit()
+        os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # ours (interrupts.py) winds the run down
+        with wind_down(driver.interrupt):
+            tuner.fit()
     finally:
         ray.shutdown()

@@ -274,17 +274,24 @@ def read_frontier(store: StudyStore, study_name: str) -> list[dict[str, Any]]:
         return [{c: getattr(p, c) for c in FRONTIER_COLUMNS} for p in points]
 
 
-def fail_orphaned_trials(study: optuna.Study) -> list[FrozenTrial]:
-    """Mark FAIL every RUNNING trial and ask for it again (same hyperparameters, linked by
-    ``retry_of``). Called by the driver holding the lease before it asks for trials, so these
-    can only be left over from a driver that died. The dense control is not enqueued: the
-    driver asks for it anew while the study has no complete one."""
-    orphans = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    for trial in orphans:
-        study._storage.set_trial_user_attr(trial._trial_id, "error", "its driver stopped while it ran")
-        study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+def fail_and_ask_again(store: StudyStore, study: optuna.Study, trials: list[FrozenTrial], why: str) -> None:
+    """Mark these unfinished trials FAIL, saying ``why``, and ask for each again (the same
+    hyperparameters, linked by ``retry_of``: the retry resumes from its after-pruning checkpoint).
+    The dense control is not enqueued: the driver asks for it anew while the study has none."""
+    study_id = store.storage.get_study_id_from_name(study.study_name)
+    for trial in trials:
+        trial_id = store.storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+        store.storage.set_trial_user_attr(trial_id, "error", why)
+        study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
         if not trial.user_attrs.get("dense_control"):
             study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
+
+
+def fail_orphaned_trials(store: StudyStore, study: optuna.Study) -> list[FrozenTrial]:
+    """Every RUNNING trial, failed and asked for again. Called by the driver holding the lease
+    before it asks for trials, so these can only be left over from a driver that died."""
+    orphans = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    fail_and_ask_again(store, study, orphans, "its driver stopped while it ran")
     return orphans
 
 

@@ -190,3 +190,76 @@ def test_a_second_driver_refuses_until_the_first_ones_lease_expires(tmp_path):
         len(optuna.load_study(study_name=name, storage=url).get_trials(states=(TrialState.COMPLETE,)))
         == N_TRIALS
     )
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_mid_trial_stops_cleanly_and_the_same_command_finishes(signum, tmp_path):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or SIGTERM (to the
+    driver alone, as `kill` or a scheduler sends it) mid-trial: exit 130 / 143 with how to
+    resume, nothing left RUNNING, no Ray process left, no CSV; the same command then ends with
+    exactly the asked trials."""
+    url, name = f"sqlite:///{tmp_path}/runs/sig.db", "sig"
+    before = ray_processes()
+    proc, log = start(url, name, tmp_path, "--set", "trial.finetune_steps=400")
+    try:
+        wait_for(log, r"trial 1: started", proc)
+        time.sleep(1.0)
+        if signum == signal.SIGINT:
+            os.killpg(proc.pid, signum)
+        else:
+            proc.send_signal(signum)
+        code = proc.wait(timeout=120)
+        leftover = leftover_ray_processes(before)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        kill_new_ray_processes(before)
+    text = log.read_text()
+    assert code == 128 + signum, text[-3000:]
+    last = text.strip().splitlines()[-1]
+    assert last.startswith(f"launch-study: interrupted ({signal.Signals(signum).name})"), text[-3000:]
+    assert "resume with: launch-study run" in last and "Traceback" not in text
+    assert leftover == {}
+    study = optuna.load_study(study_name=name, storage=url)
+    states = [t.state for t in study.get_trials()]
+    assert TrialState.RUNNING not in states and TrialState.FAIL in states
+    assert not (tmp_path / "runs" / f"{name}_pareto.csv").exists()
+    done_before = completed(url, name)
+    again = launch("run", str(SMOKE), "--storage", url, "--study-name", name, *SLOWER, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    study = check_invariants(url, name, done_before)
+    params = [json.dumps(t.params, sort_keys=True) for t in study.get_trials(states=(TrialState.COMPLETE,))]
+    assert len(params) == len(set(params))  # no parameter set run twice to completion
+    assert leftover_ray_processes(before) == {}
+
+
+def test_a_newcomer_with_a_shorter_lease_cannot_take_a_live_drivers_study(tmp_path):
+    """The race of issue 13: `--set study.lease_seconds=1` judged the first driver's fresh
+    lease by its own TTL and took it; both ended 0 with more COMPLETE trials than asked."""
+    url, name = f"sqlite:///{tmp_path}/runs/race.db", "race"
+    before = ray_processes()
+    first, log = start(url, name, tmp_path, "--set", "study.lease_seconds=60")
+    try:
+        wait_for(log, r"trial 0: started", first)
+        time.sleep(2.5)  # longer than the newcomer's TTL
+        second = launch(
+            "run",
+            str(SMOKE),
+            "--storage",
+            url,
+            "--study-name",
+            name,
+            *SLOWER,
+            "--set",
+            "study.lease_seconds=1",
+            cwd=tmp_path,
+        )
+        assert second.returncode == 2 and "being run by another driver" in second.stderr, second.stderr
+        assert first.wait(timeout=300) == 0, log.read_text()[-3000:]
+    finally:
+        if first.poll() is None:
+            first.kill()
+        kill_new_ray_processes(before)
+    study = optuna.load_study(study_name=name, storage=url)
+    assert len(study.get_trials(states=(TrialState.COMPLETE,))) == N_TRIALS
+    assert [t.state for t in study.get_trials()].count(TrialState.FAIL) == 0

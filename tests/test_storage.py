@@ -87,7 +87,7 @@ def test_study_records_two_minimised_objectives_by_name(study):
 def test_orphaned_running_trials_are_failed(store, study):
     study.ask()
     add_complete(study, 5.0, 1000)
-    assert [t.number for t in fail_orphaned_trials(study)] == [0]
+    assert [t.number for t in fail_orphaned_trials(store, study)] == [0]
     states = [t.state for t in study.get_trials()]
     assert states == [
         optuna.trial.TrialState.FAIL,
