@@ -216,3 +216,24 @@ def test_version_and_examples(tmp_path):
     for command in ("run", "export", "status", "export-model", "dashboard"):
         help_text = cli_in_process(command, "--help", cwd=tmp_path).stdout
         assert f"example:\n  launch-study {command}" in help_text
+
+
+def test_export_model_of_an_unfinished_trial_is_a_user_error(tmp_path):
+    url = f"sqlite:///{tmp_path}/copy.db"
+    study = optuna.create_study(study_name="s", storage=url, directions=["minimize", "minimize"])
+    study.ask()
+    out = tmp_path / "m"
+    run = cli_in_process(
+        "export-model",
+        "--storage",
+        url,
+        "--study-name",
+        "s",
+        "--trial",
+        "0",
+        "--output",
+        str(out),
+        cwd=tmp_path,
+    )
+    assert_user_error(run, "trial 0 of 's' is RUNNING, not COMPLETE")
+    assert not out.exists()

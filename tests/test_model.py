@@ -53,7 +53,6 @@ def test_a_layer_with_no_heads_left_still_runs_and_matches():
 def test_gpt_parameter_count_falls_by_each_heads_share():
     model = tiny("gpt")
     total, nonembed = count_parameters(model)
-    assert total == sum(p.numel() for p in model.parameters())
     assert total - nonembed == 20 * 32 + 16 * 32  # token + position embeddings (head is tied)
     pruned_total, _ = count_parameters(prune_heads(model, [[0], [0, 1], [0, 1, 2, 3]]))
     d_head = 8
