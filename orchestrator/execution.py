@@ -27,8 +27,8 @@ from ray.tune.stopper import Stopper
 
 from orchestrator.early_stopping import RUNG_KEY
 from orchestrator.progress import say
+from orchestrator.records import OBJECTIVES, record_result
 from orchestrator.search_space import SearchSpace
-from orchestrator.storage import OBJECTIVES
 from trainers.hparams import TrialHParams
 from trainers.trial import TRANSIENT_ERRORS, RungReport, TrialSetup, run_trial
 
@@ -259,7 +259,7 @@ class StudyDriver:
             error = result[ERROR_KEY]
         if error is None and result and RESULT_KEY in result:
             outcome = json.loads(result[RESULT_KEY])
-            values = [outcome["val_perplexity"], outcome["n_params"]]
+            values = [outcome[name] for name in OBJECTIVES]
             if not all(math.isfinite(v) for v in values):
                 error, values = f"non-finite objective values {values}", None
         if values is None:
@@ -269,18 +269,7 @@ class StudyDriver:
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             self.n_failed += 1
         else:
-            for key in (
-                "n_params_nonembed",
-                "sparsity",
-                "heads_per_layer",
-                "kept_heads",
-                "method",
-                "tokens_per_s",
-                "phase_seconds",
-                "curve",
-                "cpu_seconds",
-            ):
-                trial.set_user_attr(key, outcome[key])
+            record_result(trial, outcome)
             self.trial_cpu_seconds += outcome["cpu_seconds"]
             trial.set_user_attr("wall_seconds", seconds)
             trial.set_user_attr("node_id", result.get("node_id", ""))

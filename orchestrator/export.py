@@ -9,14 +9,15 @@ import optuna
 import pandas as pd
 
 from orchestrator.errors import UserError
-from orchestrator.storage import RESULT_COLUMNS, StudyStore, complete_trials, read_frontier, trial_row
+from orchestrator.records import RESULT_COLUMNS, TrialRecord
+from orchestrator.storage import StudyStore, complete_trials, read_frontier
 
 
 def study_table(store: StudyStore, study: optuna.Study, everything: bool = False) -> pd.DataFrame:
     """Rows of the frontier table (default) or of all COMPLETE trials, sorted by n_params; the
     hyperparameters spread into ``params_<name>`` columns."""
     if everything:
-        rows = [trial_row(t) for t in complete_trials(study)]
+        rows = [TrialRecord.from_trial(t).row() for t in complete_trials(study)]
     else:
         rows = read_frontier(store, study.study_name)
     if not rows:

@@ -11,6 +11,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from orchestrator.frontier import hypervolume, pareto_front
+from orchestrator.records import TrialRecord
 
 SPARSITY_BANDS = ((0.0, 0.0), (0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))
 
@@ -152,15 +153,31 @@ def front_note(study: optuna.Study) -> str:
     done = [t for t in trials if t.state == TrialState.COMPLETE]
     stopped = [t for t in trials if t.state == TrialState.PRUNED]
     front = pareto_front(done, key=lambda t: (t.values[0], t.values[1]))
+
+    def method(trial: FrozenTrial) -> str:
+        return "**dense control**" if trial.user_attrs.get("dense_control") else trial.user_attrs["method"]
+
     rows = [
-        f"| {t.number} | {t.user_attrs['method']} | {t.user_attrs['sparsity']:.3f} | {t.values[0]:.3f} "
-        f"| {int(t.values[1]):,} | {t.user_attrs['heads_per_layer']} |"
+        f"| {r.trial_number} | {method(t)} | {r.sparsity:.3f} | {r.val_perplexity:.3f} "
+        f"| {r.n_params:,} | {r.heads_per_layer} |"
         for t in sorted(front, key=lambda t: t.values[1])
+        for r in [TrialRecord.from_trial(t)]
     ]
+    control = next((t for t in done if t.user_attrs.get("dense_control")), None)
+    control_line = (
+        [
+            f"Dense control: trial {control.number}, val perplexity {control.values[0]:.3f} "
+            "(nothing removed, nothing sampled: the reference of every ratio).",
+            "",
+        ]
+        if control
+        else []
+    )
     return "\n".join(
         [
             f"## Pareto front ({len(front)} of {len(done)} complete trials)",
             "",
+            *control_line,
             *([f"{len(stopped)} trials stopped early by Pareto rank (PRUNED).", ""] if stopped else []),
             "| trial | method | sparsity | val perplexity | parameters | heads per layer |",
             "| --- | --- | --- | --- | --- | --- |",

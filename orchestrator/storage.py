@@ -8,7 +8,6 @@ study's COMPLETE trials.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import threading
@@ -29,8 +28,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from orchestrator.errors import LeaseLost, UserError
 from orchestrator.frontier import pareto_front
+from orchestrator.records import OBJECTIVES, RESULT_COLUMNS, TrialRecord
 
-OBJECTIVES = ("val_perplexity", "n_params")
 DIRECTIONS = (optuna.study.StudyDirection.MINIMIZE, optuna.study.StudyDirection.MINIMIZE)
 STORAGE_ENV = "HEADPRUNE_STORAGE"
 
@@ -71,16 +70,6 @@ class StudyLease(Base):
     ttl_seconds: Mapped[float | None] = mapped_column(sa.Float, nullable=True)  # None: rows of 0.1
 
 
-# What a COMPLETE trial's row shows, first in every export; the frontier table adds the rest.
-RESULT_COLUMNS = (
-    "trial_number",
-    "val_perplexity",
-    "n_params",
-    "n_params_nonembed",
-    "sparsity",
-    "heads_per_layer",
-    "method",
-)
 FRONTIER_COLUMNS = (*RESULT_COLUMNS, "params", "updated_at")
 
 
@@ -236,25 +225,10 @@ def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
     return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
 
 
-def trial_row(trial: FrozenTrial) -> dict[str, Any]:
-    """The frontier/CSV view of a COMPLETE trial (from its values and user attributes)."""
-    attrs = trial.user_attrs
-    return {
-        "trial_number": trial.number,
-        "val_perplexity": trial.values[0],
-        "n_params": int(trial.values[1]),
-        "n_params_nonembed": int(attrs["n_params_nonembed"]),
-        "sparsity": float(attrs["sparsity"]),
-        "heads_per_layer": json.dumps(attrs["heads_per_layer"]),
-        "method": attrs["method"],
-        "params": json.dumps(attrs["hparams"], sort_keys=True),
-    }
-
-
 def refresh_frontier(store: StudyStore, study: optuna.Study) -> list[dict[str, Any]]:
     """Replace the study's frontier rows by the front recomputed from all COMPLETE trials."""
     rows = pareto_front(
-        [trial_row(t) for t in complete_trials(study)],
+        [TrialRecord.from_trial(t).row() for t in complete_trials(study)],
         key=lambda r: (r["val_perplexity"], r["n_params"]),
     )
     now = datetime.now(UTC)

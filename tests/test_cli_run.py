@@ -328,8 +328,18 @@ def test_dashboard_serves_the_study_in_process(smoke):
         "tokens_per_s",
     } <= keys
     assert "Pareto front" in detail["note"]["body"]
+    assert (
+        "Dense control: trial 0" in detail["note"]["body"] and "**dense control**" in detail["note"]["body"]
+    )
     study_attrs = {a["key"] for a in summaries[0]["user_attrs"]}
     assert {"config", "dense_val_perplexity", "versions"} <= study_attrs
+
+
+def test_optunas_own_plots_draw_the_study(smoke):
+    """optuna.visualization needs plotly, a dependency of ours for that reason."""
+    figure = optuna.visualization.plot_pareto_front(smoke["study"], target_names=["val perplexity", "params"])
+    complete = smoke["study"].get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    assert sum(len(trace.x) for trace in figure.data) == len(complete)
 
 
 def test_optuna_cli_reads_the_same_study(smoke):

@@ -1,0 +1,74 @@
+"""A finished trial's record, in one place: what a COMPLETE trial keeps in Optuna (its two
+objectives as values, the rest of the worker's ``TrialResult`` as user attributes) and how the
+frontier table, the CSV and the reports read it back.
+
+The user attributes are the ``TrialResult`` fields but the objectives, so a field added to the
+result is recorded without touching this file; the row is what the frontier table and every
+export show.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from trainers.trial import TrialResult
+
+OBJECTIVES = ("val_perplexity", "n_params")
+RESULT_ATTRS = tuple(f.name for f in fields(TrialResult) if f.name not in OBJECTIVES)
+
+
+def record_result(trial: optuna.Trial, outcome: dict[str, Any]) -> None:
+    """Keep a worker's result (``TrialResult.to_dict()``) but its objectives on its Optuna
+    trial (the objectives are the values it is told)."""
+    for key in RESULT_ATTRS:
+        trial.set_user_attr(key, outcome[key])
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """A COMPLETE trial as the frontier table and the exports show it."""
+
+    trial_number: int
+    val_perplexity: float
+    n_params: int
+    n_params_nonembed: int
+    sparsity: float
+    heads_per_layer: list[int]
+    method: str
+    hparams: dict[str, Any]
+
+    @classmethod
+    def from_trial(cls, trial: FrozenTrial) -> TrialRecord:
+        attrs = trial.user_attrs
+        return cls(
+            trial_number=trial.number,
+            val_perplexity=trial.values[0],
+            n_params=int(trial.values[1]),
+            n_params_nonembed=int(attrs["n_params_nonembed"]),
+            sparsity=float(attrs["sparsity"]),
+            heads_per_layer=list(attrs["heads_per_layer"]),
+            method=attrs["method"],
+            hparams=dict(attrs["hparams"]),
+        )
+
+    def row(self) -> dict[str, Any]:
+        """The frontier table's columns (lists and the hyperparameters as JSON text)."""
+        return {
+            "trial_number": self.trial_number,
+            "val_perplexity": self.val_perplexity,
+            "n_params": self.n_params,
+            "n_params_nonembed": self.n_params_nonembed,
+            "sparsity": self.sparsity,
+            "heads_per_layer": json.dumps(self.heads_per_layer),
+            "method": self.method,
+            "params": json.dumps(self.hparams, sort_keys=True),
+        }
+
+
+# What every export shows first, in this order; the hyperparameters follow, one column each.
+RESULT_COLUMNS = tuple(f.name for f in fields(TrialRecord) if f.name != "hparams")
