@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-REPO = Path(__file__).resolve().parent.parent
-CORPUS = REPO / "studies" / "data" / "tinyshakespeare.txt"
+from helpers import CORPUS
 
 
 @pytest.fixture(autouse=True)

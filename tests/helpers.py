@@ -20,7 +20,17 @@ SERVERS = {
     "mysql": ("mysql+pymysql://root@127.0.0.1:3306/test", 3306),
 }
 SMOKE = REPO / "studies" / "smoke.toml"
+CORPUS = REPO / "studies" / "data" / "tinyshakespeare.txt"  # the shipped corpus
 LAUNCH_STUDY = Path(sys.executable).parent / "launch-study"
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (the OS picks it)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def server_url(kind: str) -> str:

@@ -6,14 +6,12 @@ from pathlib import Path
 
 import optuna
 import pytest
-from helpers import REPO, SMOKE, cli_in_process, launch
-
-SHIPPED_CORPUS = REPO / "studies" / "data" / "tinyshakespeare.txt"
+from helpers import CORPUS, SMOKE, cli_in_process, launch
 
 
 def study_file(tmp_path: Path, text: str | None = None, **replace: str) -> Path:
     body = SMOKE.read_text() if text is None else text
-    body = body.replace('path = "data/tinyshakespeare.txt"', f'path = "{SHIPPED_CORPUS}"')
+    body = body.replace('path = "data/tinyshakespeare.txt"', f'path = "{CORPUS}"')
     for old, new in replace.items():
         assert old in body, old
         body = body.replace(old, new)
@@ -90,11 +88,11 @@ def test_bad_input_is_one_clear_line_and_writes_nothing(case, tmp_path):
         path = tmp_path / "nope.toml"
     elif case == "missing corpus":
         path = study_file(tmp_path)
-        path.write_text(path.read_text().replace(str(SHIPPED_CORPUS), str(tmp_path / "missing.txt")))
+        path.write_text(path.read_text().replace(str(CORPUS), str(tmp_path / "missing.txt")))
     elif case in CORPORA:
         (tmp_path / "corpus.txt").write_bytes(CORPORA[case])
         path = study_file(tmp_path)
-        path.write_text(path.read_text().replace(str(SHIPPED_CORPUS), str(tmp_path / "corpus.txt")))
+        path.write_text(path.read_text().replace(str(CORPUS), str(tmp_path / "corpus.txt")))
     elif isinstance(edit, str):
         path = study_file(tmp_path, text=edit)
     else:

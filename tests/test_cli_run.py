@@ -17,9 +17,11 @@ import optuna_dashboard
 import pandas as pd
 import pytest
 from helpers import (
+    CORPUS,
     LAUNCH_STUDY,
     SMOKE,
     expected_front,
+    free_port,
     frontier_triples,
     heads,
     hparams,
@@ -48,7 +50,7 @@ def smoke(tmp_path_factory):
     leftover = leftover_ray_processes(before)
     store = open_store(f"sqlite:///{work}/runs/smoke.db")
     study = optuna.load_study(study_name="smoke", storage=store.storage)
-    vocab = CharCorpus.load(SMOKE.parent / "data" / "tinyshakespeare.txt", block_size=32).vocab_size
+    vocab = CharCorpus.load(CORPUS, block_size=32).vocab_size
     return {
         "work": work,
         "vocab_size": vocab,
@@ -265,7 +267,7 @@ def test_exported_model_reloads_with_the_recorded_perplexity(smoke, tmp_path):
     )
     assert run.returncode == 0, run.stderr
     model, vocab = load_pruned(out)
-    corpus = CharCorpus.load(SMOKE.parent / "data" / "tinyshakespeare.txt", block_size=32)
+    corpus = CharCorpus.load(CORPUS, block_size=32)
     assert vocab == corpus.vocab
     ppl = math.exp(mean_loss(model, eval_windows(corpus.val, 32, 2048)))
     assert ppl == pytest.approx(trial.values[0], rel=1e-5)
@@ -355,9 +357,7 @@ def test_optuna_cli_reads_the_same_study(smoke):
 
 
 def test_dashboard_command_serves_the_study_on_localhost_and_stops(smoke, tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen(
         [str(LAUNCH_STUDY), "dashboard", "--storage", smoke_url(smoke), "--port", str(port)],
         stdout=subprocess.DEVNULL,

@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import subprocess
 from pathlib import Path
 
 import optuna
 import pytest
-from helpers import LAUNCH_STUDY, SMOKE, kill_new_ray_processes, leftover_ray_processes, ray_processes
+from helpers import (
+    LAUNCH_STUDY,
+    SMOKE,
+    free_port,
+    kill_new_ray_processes,
+    leftover_ray_processes,
+    ray_processes,
+)
 from optuna.trial import TrialState
 
 pytestmark = pytest.mark.slow
 RAY = Path(LAUNCH_STUDY).parent / "ray"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_trials_land_on_both_nodes_of_an_existing_cluster(tmp_path):

@@ -20,7 +20,7 @@ FAMILIES = ["gpt", "all_attention"]
 def setup(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp("dense")
     text = folder / "text.txt"
-    from conftest import CORPUS
+    from helpers import CORPUS
 
     text.write_text(CORPUS.read_text(encoding="utf-8")[:30000], encoding="utf-8")
     corpus = CharCorpus.load(text, block_size=16)
