@@ -235,3 +235,27 @@ def test_export_model_of_an_unfinished_trial_is_a_user_error(tmp_path):
     )
     assert_user_error(run, "trial 0 of 's' is RUNNING, not COMPLETE")
     assert not out.exists()
+
+
+def test_export_into_a_closed_pipe_ends_quietly(tmp_path, monkeypatch):
+    """`launch-study export | head -1`: the reader goes away, the export ends with exit 0 and
+    no traceback."""
+    import io
+    import sys
+
+    from orchestrator.cli import main
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = optuna.create_study(study_name="s", storage=url, directions=["minimize", "minimize"])
+    attrs = {"n_params_nonembed": 50, "sparsity": 0.5, "heads_per_layer": [1], "method": "random"}
+    study.add_trial(optuna.trial.create_trial(values=[5.0, 100], user_attrs={**attrs, "hparams": {}}))
+
+    class ClosedPipe(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    stderr = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    monkeypatch.setattr(sys, "stderr", stderr)
+    assert main(["export", "--storage", url, "--study-name", "s", "--all"]) == 0
+    assert stderr.getvalue() == ""

@@ -213,15 +213,6 @@ def test_export_with_a_plot_keeps_stdout_data_only(smoke, tmp_path):
     assert by_suffix.returncode == 0 and json.loads((tmp_path / "f.json").read_text()) == records
 
 
-def test_export_into_a_closed_pipe_is_quiet(smoke, tmp_path):
-    command = f"'{LAUNCH_STUDY}' export --storage {smoke_url(smoke)} --study-name smoke --all | head -c 10"
-    run = subprocess.run(
-        ["bash", "-o", "pipefail", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=120
-    )
-    assert run.returncode == 0, run.stderr
-    assert run.stdout == "trial_numb" and run.stderr == ""
-
-
 def test_plot_writes_two_valid_pngs(smoke, tmp_path):
     out = tmp_path / "front.png"
     run = on_smoke(
