@@ -41,6 +41,7 @@ import json
 import math
 import statistics
 import tempfile
+import uuid
 from dataclasses import replace
 from pathlib import Path
 
@@ -78,10 +79,13 @@ def timed_trial(setup: TrialSetup, hp: TrialHParams) -> dict:
 
 def searched_arm(cfg, seed: int, budget_s: float, artifacts: Path, startup: int) -> list[dict]:
     study = replace(cfg.study, seed=seed, startup_trials=startup)
+    name = f"frontier-seed{seed}-{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory() as tmp:
         opts = RunOptions(
             storage_url=f"sqlite:///{tmp}/study.db",
-            study_name="frontier",
+            # A name of its own: trial folders (<artifacts>/trials/<name>/<n>) are not shared
+            # with another seed or an earlier run.
+            study_name=name,
             n_trials=100_000,  # the budget ends it
             max_concurrent=1,
             artifacts=artifacts,
@@ -89,7 +93,7 @@ def searched_arm(cfg, seed: int, budget_s: float, artifacts: Path, startup: int)
             trial_cpu_seconds_budget=budget_s,
         )
         run_study(replace(cfg, study=study), opts)
-        study = optuna.load_study(study_name="frontier", storage=opts.storage_url)
+        study = optuna.load_study(study_name=name, storage=opts.storage_url)
         points = []
         for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)):
             if t.state == optuna.trial.TrialState.COMPLETE:

@@ -280,7 +280,9 @@ class StudyDriver:
 
 class StudySearcher(Searcher):
     def __init__(self, driver: StudyDriver) -> None:
-        super().__init__(metric=OBJECTIVES[0], mode="min")
+        # No metric: Tune would then demand it in every result, and a failed trial's result
+        # (ERROR_KEY) has none; the study's objectives live in Optuna, not in Tune.
+        super().__init__(metric=None, mode=None)
         self.driver: StudyDriver | None = driver
 
     def suggest(self, trial_id: str) -> dict | str | None:

@@ -83,15 +83,17 @@ class TransientTrialError(RuntimeError):
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (TransientTrialError, torch.cuda.OutOfMemoryError)
 
 
-def _resume_point(dirs: list[Path], hp: TrialHParams, device: torch.device):
+def _resume_point(dirs: list[Path], hp: TrialHParams, identity: dict, device: torch.device):
     """(model, outcome, seconds, batch generator state) saved after the pruning phase by an
-    earlier try of this trial, so the retry continues exactly where that one was."""
+    earlier try of this trial, so the retry continues exactly where that one was. Only a
+    checkpoint of the same trial counts: the same hyperparameters, and the same seed and dense
+    model (``identity``), since a folder may hold a trial of an earlier study of that name."""
     for folder in dirs:
         checkpoint = folder / AFTER_PRUNE
         if not (checkpoint / "model.safetensors").is_file():
             continue
         meta = json.loads((checkpoint / "config.json").read_text())
-        if meta.get("hparams") != hp.to_dict():
+        if meta.get("hparams") != hp.to_dict() or meta.get("identity") != identity:
             continue
         model, _ = load_pruned(checkpoint, device=str(device))
         outcome = PruneOutcome(meta["keep"], None, meta["trained_steps"])  # scale is already folded in
@@ -129,7 +131,8 @@ def run_trial(
         loss_fn = PeerDistillation(model, hp.distill_layer, hp.distill_logit)
     seconds: dict[str, float] = {}
 
-    resumed = _resume_point([Path(d) for d in resume_dirs], hp, device)
+    identity = {"seed": setup.seed, "dense": str(setup.dense.path), "budget": asdict(budget)}
+    resumed = _resume_point([Path(d) for d in resume_dirs], hp, identity, device)
     if resumed:
         model, outcome, seconds["prune"], generator_state = resumed
         generator.set_state(generator_state)
@@ -151,6 +154,7 @@ def run_trial(
         if save_dir is not None:
             meta = {
                 "hparams": hp.to_dict(),
+                "identity": identity,
                 "keep": outcome.keep,
                 "trained_steps": outcome.trained_steps,
                 "prune_seconds": seconds["prune"],
