@@ -199,6 +199,8 @@ def _export_model(args: argparse.Namespace) -> int:
 
     from optuna.trial import TrialState
 
+    from trainers.export import CorruptModel, load_model
+
     _, study = _open_study(args)
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     trial = trials.get(args.trial)
@@ -207,8 +209,12 @@ def _export_model(args: argparse.Namespace) -> int:
     if trial.state != TrialState.COMPLETE:
         raise UserError(f"trial {args.trial} of {args.study_name!r} is {trial.state.name}, not COMPLETE")
     source = Path(trial.user_attrs.get("model_dir", ""))
-    if not (source / "model.safetensors").is_file():
+    if not source.is_dir():
         raise UserError(f"trial {args.trial}'s model is not on this machine (looked in {source})")
+    try:
+        load_model(source)  # checksums, then the weights themselves
+    except CorruptModel as err:
+        raise UserError(f"trial {args.trial}'s model cannot be exported: {err}") from None
     output = args.output
     if output.resolve() == source.resolve() or source.resolve() in output.resolve().parents:
         raise UserError(f"--output {output} is the trial's own folder (or inside it): choose another")

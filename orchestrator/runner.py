@@ -101,6 +101,7 @@ def study_dense_checkpoint(
         device=cfg.budget.device,
         progress=progress,
         shipped_dir=cfg.source.parent / "checkpoints",
+        notice=say,
     )
 
 

@@ -32,7 +32,7 @@ from helpers import (
 
 from orchestrator.storage import open_store, read_frontier
 from trainers.data import CharCorpus, eval_windows
-from trainers.export import generate, load_pruned
+from trainers.export import generate, load_model
 from trainers.gates import heads_to_keep
 from trainers.hparams import TrialHParams
 from trainers.training import mean_loss
@@ -128,7 +128,7 @@ def test_achieved_sparsity_is_the_target_to_the_nearest_head(smoke):
 def test_stored_parameter_count_is_the_saved_models(smoke):
     """The objective is what the trial's own saved model holds (tied weights once)."""
     for t in smoke["study"].get_trials(states=(optuna.trial.TrialState.COMPLETE,)):
-        model, _ = load_pruned(t.user_attrs["model_dir"])
+        model, _ = load_model(t.user_attrs["model_dir"])
         unique = {p.data_ptr(): p.numel() for p in model.parameters()}
         embeddings = model.tok_emb.weight.numel() + model.pos_emb.weight.numel()
         assert sum(unique.values()) == t.values[1]
@@ -257,7 +257,7 @@ def test_exported_model_reloads_with_the_recorded_perplexity(smoke, tmp_path):
         cwd=tmp_path,
     )
     assert run.returncode == 0, run.stderr
-    model, vocab = load_pruned(out)
+    model, vocab = load_model(out)
     corpus = CharCorpus.load(CORPUS, block_size=32)
     assert vocab == corpus.vocab
     ppl = math.exp(mean_loss(model, eval_windows(corpus.val, 32, 2048)))

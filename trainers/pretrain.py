@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -14,6 +13,7 @@ from pathlib import Path
 import torch
 
 from trainers.data import CharCorpus, eval_windows
+from trainers.export import CorruptModel, load_model, read_config, save_model
 from trainers.hparams import PretrainConfig
 from trainers.model import LanguageModel, ModelConfig
 from trainers.training import Progress, fit, mean_loss, pick_device
@@ -21,7 +21,7 @@ from trainers.training import Progress, fit, mean_loss, pick_device
 
 @dataclass(frozen=True)
 class DenseCheckpoint:
-    path: Path  # the state dict (load with weights_only=True)
+    path: Path  # the model's folder (trainers/export.py's format), absolute
     model_config: ModelConfig
     val_perplexity: float
     seconds: float  # time the pretraining took when it ran
@@ -81,14 +81,20 @@ class UntilConverged:
         return self.cfg.steps + max(1, round(self.cfg.cooldown * self.cfg.steps))
 
 
-def _read_checkpoint(folder: Path, model_cfg: ModelConfig) -> DenseCheckpoint | None:
-    """The checkpoint in ``folder``, if there is one; its path absolute, since trial workers
-    run in folders of Ray's."""
-    weights, meta_file = folder.resolve() / "model.pt", folder / "meta.json"
-    if not (weights.is_file() and meta_file.is_file()):
+def _read_checkpoint(
+    folder: Path, model_cfg: ModelConfig, notice: Callable[[str], None]
+) -> DenseCheckpoint | None:
+    """The checkpoint in ``folder``, if there is a sound one (checksums verified); its path
+    absolute, since trial workers run in folders of Ray's. A corrupt one is reported and
+    ignored: the caller trains it again rather than fail every trial on it."""
+    if not folder.is_dir():
         return None
-    meta = json.loads(meta_file.read_text())
-    return DenseCheckpoint(weights, model_cfg, meta["val_perplexity"], meta["seconds"], reused=True)
+    try:
+        meta = read_config(folder)
+    except CorruptModel as err:
+        notice(f"dense checkpoint not used: {err}")
+        return None
+    return DenseCheckpoint(folder.resolve(), model_cfg, meta["val_perplexity"], meta["seconds"], reused=True)
 
 
 def ensure_dense_checkpoint(
@@ -101,13 +107,14 @@ def ensure_dense_checkpoint(
     device: str = "auto",
     progress: Progress | None = None,
     shipped_dir: Path | None = None,
+    notice: Callable[[str], None] = lambda message: None,
 ) -> DenseCheckpoint:
     """The cached dense model: under ``artifacts_dir``, else one shipped for this very key in
     ``shipped_dir`` (the study file's ``checkpoints/``), else trained now and cached."""
     key = checkpoint_key(corpus.digest, model_cfg, pretrain)
     folder = Path(artifacts_dir) / "dense" / key
     for candidate in (folder, Path(shipped_dir) / key if shipped_dir else None):
-        found = candidate and _read_checkpoint(candidate, model_cfg)
+        found = candidate and _read_checkpoint(candidate, model_cfg, notice)
         if found:
             return found
 
@@ -135,15 +142,9 @@ def ensure_dense_checkpoint(
     seconds = time.perf_counter() - start
     ppl = math.exp(mean_loss(model, windows))
 
-    folder.mkdir(parents=True, exist_ok=True)
-    # Write to temporary names, then rename: a run killed mid-write leaves no half checkpoint.
-    weights, meta_file = folder / "model.pt", folder / "meta.json"
-    tmp_weights, tmp_meta = folder / "model.pt.tmp", folder / "meta.json.tmp"
-    torch.save({k: v.cpu() for k, v in model.state_dict().items()}, tmp_weights)
     meta = {
         "val_perplexity": ppl,
         "seconds": seconds,
-        "model": model_cfg.to_dict(),
         "pretrain": asdict(pretrain),
         "corpus_digest": corpus.digest,
     }
@@ -153,13 +154,10 @@ def ensure_dense_checkpoint(
             "steps_trained": schedule.total,
             "curve": schedule.curve,  # (step, validation loss)
         }
-    tmp_meta.write_text(json.dumps(meta, indent=2))
-    os.replace(tmp_weights, weights)
-    os.replace(tmp_meta, meta_file)
-    return DenseCheckpoint(weights.resolve(), model_cfg, ppl, seconds, reused=False)
+    save_model(model, corpus.vocab, folder, extra=meta)  # checksummed, renamed into place
+    return DenseCheckpoint(folder.resolve(), model_cfg, ppl, seconds, reused=False)
 
 
 def load_dense(checkpoint: DenseCheckpoint, device: torch.device) -> LanguageModel:
-    model = LanguageModel(checkpoint.model_config)
-    model.load_state_dict(torch.load(checkpoint.path, map_location="cpu", weights_only=True))
-    return model.to(device)
+    model, _ = load_model(checkpoint.path, device=str(device))
+    return model.train()

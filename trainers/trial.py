@@ -6,7 +6,6 @@ Optuna, Ray or databases and can be run and tested alone.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -16,7 +15,7 @@ from pathlib import Path
 import torch
 
 from trainers.data import CharCorpus, eval_windows
-from trainers.export import load_pruned, save_pruned
+from trainers.export import CorruptModel, load_model, read_config, save_model
 from trainers.gates import check_reachable
 from trainers.hparams import TARGET_METHODS, TrialBudget, TrialHParams
 from trainers.methods import PeerDistillation, PruneOutcome, plain_loss, prune
@@ -90,12 +89,15 @@ def _resume_point(dirs: list[Path], hp: TrialHParams, identity: dict, device: to
     model (``identity``), since a folder may hold a trial of an earlier study of that name."""
     for folder in dirs:
         checkpoint = folder / AFTER_PRUNE
-        if not (checkpoint / "model.safetensors").is_file():
+        if not checkpoint.is_dir():
             continue
-        meta = json.loads((checkpoint / "config.json").read_text())
-        if meta.get("hparams") != hp.to_dict() or meta.get("identity") != identity:
+        try:  # a checkpoint cut short or altered is not resumed from: the pruning is redone
+            meta = read_config(checkpoint)
+            if meta.get("hparams") != hp.to_dict() or meta.get("identity") != identity:
+                continue
+            model, _ = load_model(checkpoint, device=str(device))
+        except CorruptModel:
             continue
-        model, _ = load_pruned(checkpoint, device=str(device))
         outcome = PruneOutcome(meta["keep"], None, meta["trained_steps"])  # scale is already folded in
         generator_state = torch.tensor(meta["generator_state"], dtype=torch.uint8)
         return model.train(), outcome, meta["prune_seconds"], generator_state
@@ -160,7 +162,7 @@ def run_trial(
                 "prune_seconds": seconds["prune"],
                 "generator_state": generator.get_state().tolist(),
             }
-            save_pruned(model, setup.corpus.vocab, Path(save_dir) / AFTER_PRUNE, extra=meta)
+            save_model(model, setup.corpus.vocab, Path(save_dir) / AFTER_PRUNE, extra=meta)
 
     start = time.perf_counter()
     # Methods that trained no weights while pruning get those steps here: equal budgets for all.
@@ -202,7 +204,7 @@ def run_trial(
     seconds["eval"] = time.perf_counter() - start
 
     if save_dir is not None:
-        save_pruned(
+        save_model(
             model, setup.corpus.vocab, save_dir, extra={"hparams": hp.to_dict(), "val_perplexity": ppl}
         )
     n_kept = sum(len(k) for k in outcome.keep)

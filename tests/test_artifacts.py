@@ -1,0 +1,116 @@
+"""Files a later step trusts (issue 13): one checksummed format for every model; a corrupt dense
+checkpoint is trained again, a corrupt after-pruning checkpoint is pruned again, a corrupt trial
+model is refused by export-model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+import torch
+from helpers import cli_in_process
+
+from trainers.data import CharCorpus
+from trainers.export import CONFIG, VOCAB, WEIGHTS, CorruptModel, load_model, read_config, save_model
+from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams
+from trainers.model import LanguageModel, ModelConfig
+from trainers.pretrain import ensure_dense_checkpoint
+from trainers.trial import AFTER_PRUNE, TrialSetup, run_trial
+
+
+def tiny_model() -> LanguageModel:
+    return LanguageModel(ModelConfig(vocab_size=12, block_size=8, n_layer=1, n_head=2, d_model=8))
+
+
+def flip_a_byte(path: Path, at: int = -100) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def test_a_saved_model_loads_back_identical_and_leaves_no_temporary_file(tmp_path):
+    model = tiny_model()
+    save_model(model, list("abcdefghijkl"), tmp_path / "m", extra={"note": 1})
+    loaded, vocab = load_model(tmp_path / "m")
+    assert vocab == list("abcdefghijkl") and read_config(tmp_path / "m")["note"] == 1
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values()))
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == sorted([WEIGHTS, CONFIG, VOCAB])
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda f: flip_a_byte(f / WEIGHTS), "model.safetensors does not match its checksum"),
+        (lambda f: truncate(f / WEIGHTS), "model.safetensors does not match its checksum"),
+        (lambda f: flip_a_byte(f / VOCAB, at=2), "vocab.json does not match its checksum"),
+        (lambda f: truncate(f / CONFIG), "config.json is unreadable"),
+        (lambda f: (f / WEIGHTS).unlink(), "model.safetensors is missing"),
+        (lambda f: (f / CONFIG).unlink(), "no config.json"),
+    ],
+)
+def test_every_kind_of_damage_is_named(tmp_path, damage, message):
+    save_model(tiny_model(), list("abcdefghijkl"), tmp_path / "m")
+    damage(tmp_path / "m")
+    with pytest.raises(CorruptModel, match=message):
+        load_model(tmp_path / "m")
+
+
+def test_a_corrupt_dense_checkpoint_is_trained_again(tmp_path, small_text):
+    corpus = CharCorpus.load(small_text, block_size=16)
+    model = ModelConfig(vocab_size=corpus.vocab_size, block_size=16, n_layer=1, n_head=2, d_model=16)
+    pretrain = PretrainConfig(steps=4, batch_size=4, warmup_steps=1)
+    first = ensure_dense_checkpoint(corpus, model, pretrain, tmp_path, eval_tokens=64)
+    truncate(first.path / WEIGHTS)
+    notices: list[str] = []
+    again = ensure_dense_checkpoint(corpus, model, pretrain, tmp_path, eval_tokens=64, notice=notices.append)
+    assert not again.reused and again.path == first.path
+    assert notices == [
+        f"dense checkpoint not used: {first.path / WEIGHTS} does not match its checksum "
+        "(truncated or altered)"
+    ]
+    load_model(again.path)  # sound again
+    assert ensure_dense_checkpoint(corpus, model, pretrain, tmp_path, eval_tokens=64).reused
+
+
+def test_a_corrupt_after_pruning_checkpoint_is_pruned_again(tmp_path, small_text):
+    corpus = CharCorpus.load(small_text, block_size=16)
+    model = ModelConfig(vocab_size=corpus.vocab_size, block_size=16, n_layer=2, n_head=2, d_model=16)
+    dense = ensure_dense_checkpoint(
+        corpus, model, PretrainConfig(steps=4, batch_size=4), tmp_path, eval_tokens=64
+    )
+    setup = TrialSetup(
+        corpus, dense, TrialBudget(prune_steps=4, finetune_steps=2, batch_size=4, eval_tokens=64), 0
+    )
+    hp = TrialHParams(method="l0_target", sparsity=0.5)
+    fresh = run_trial(setup, hp, save_dir=tmp_path / "first")
+    flip_a_byte(tmp_path / "first" / AFTER_PRUNE / WEIGHTS)
+    retried = run_trial(setup, hp, save_dir=tmp_path / "retry", resume_dirs=[tmp_path / "first"])
+    assert "prune_resumed" not in retried.phase_seconds  # not resumed from the damaged one
+    assert retried.val_perplexity == pytest.approx(fresh.val_perplexity, rel=1e-6)
+    resumed = run_trial(setup, hp, save_dir=tmp_path / "third", resume_dirs=[tmp_path / "retry"])
+    assert "prune_resumed" in resumed.phase_seconds  # a sound one is
+
+
+def test_export_model_refuses_a_bit_flipped_trial_model(tmp_path):
+    save_model(tiny_model(), list("abcdefghijkl"), tmp_path / "trial0")
+    flip_a_byte(tmp_path / "trial0" / WEIGHTS)
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = optuna.create_study(study_name="s", storage=url, directions=["minimize", "minimize"])
+    study.add_trial(
+        optuna.trial.create_trial(values=[5.0, 100], user_attrs={"model_dir": str(tmp_path / "trial0")})
+    )
+    args = ("--storage", url, "--study-name", "s", "--trial", "0", "--output", str(tmp_path / "out"))
+    run = cli_in_process("export-model", *args, cwd=tmp_path)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip() == (
+        f"launch-study: error: trial 0's model cannot be exported: {tmp_path / 'trial0' / WEIGHTS} "
+        "does not match its checksum (truncated or altered)"
+    )
+    assert not (tmp_path / "out").exists()
+    assert json.loads((tmp_path / "trial0" / CONFIG).read_text())["sha256"]  # left as it was
