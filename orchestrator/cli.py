@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-import threading
 from pathlib import Path
 
 from orchestrator.errors import LeaseLost, UserError
@@ -199,7 +198,7 @@ def _export_model(args: argparse.Namespace) -> int:
 
     from optuna.trial import TrialState
 
-    from trainers.export import CorruptModel, load_model
+    from trainers.export import CorruptModel, UnverifiedModel, load_model
 
     _, study = _open_study(args)
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
@@ -208,27 +207,38 @@ def _export_model(args: argparse.Namespace) -> int:
         raise UserError(f"study {args.study_name!r} has no trial {args.trial}")
     if trial.state != TrialState.COMPLETE:
         raise UserError(f"trial {args.trial} of {args.study_name!r} is {trial.state.name}, not COMPLETE")
-    source = Path(trial.user_attrs.get("model_dir", ""))
-    if not source.is_dir():
-        raise UserError(f"trial {args.trial}'s model is not on this machine (looked in {source})")
+    recorded = trial.user_attrs.get("model_dir")
+    source = Path(recorded).resolve() if recorded else None
+    if source is None or not source.is_dir():
+        raise UserError(f"trial {args.trial}'s model is not on this machine (looked in {recorded or '-'})")
     try:
         load_model(source)  # checksums, then the weights themselves
+    except UnverifiedModel:  # a trial of an earlier version: exported, with a word about it
+        print(
+            f"launch-study: warning: trial {args.trial}'s model has no checksums to verify", file=sys.stderr
+        )
+        load_model(source, verify=False)
     except CorruptModel as err:
         raise UserError(f"trial {args.trial}'s model cannot be exported: {err}") from None
-    output = args.output
-    if output.resolve() == source.resolve() or source.resolve() in output.resolve().parents:
-        raise UserError(f"--output {output} is the trial's own folder (or inside it): choose another")
+    output = args.output.resolve()
+    if output == source or source in output.parents or output in source.parents:
+        raise UserError(
+            f"--output {args.output} holds the trial's own folder or is inside it: choose another"
+        )
     if output.exists() and not output.is_dir():
-        raise UserError(f"--output {output} is a file; export-model writes a folder")
+        raise UserError(f"--output {args.output} is a file; export-model writes a folder")
     if output.is_dir() and any(output.iterdir()) and not args.force:
-        raise UserError(f"--output {output} is not empty; --force replaces it whole")
-    # Copied beside the target, then swapped in: an interrupted export leaves the old folder.
-    staging = output.with_name(f".{output.name}.partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(source, staging, ignore=shutil.ignore_patterns("after_prune"))
+        raise UserError(f"--output {args.output} is not empty; --force replaces it whole")
+    # Copied beside the target, then swapped in: an export cut short leaves the old folder whole.
+    staging, backup = output.with_name(f".{output.name}.partial"), output.with_name(f".{output.name}.old")
+    for leftover in (staging, backup):
+        shutil.rmtree(leftover, ignore_errors=True)
+    shutil.copytree(source, staging, ignore=shutil.ignore_patterns("after_prune", ".*"))
     if output.exists():
-        shutil.rmtree(output)
+        output.rename(backup)
     staging.rename(output)
+    shutil.rmtree(backup, ignore_errors=True)
+    output = args.output
     print(output)
     return 0
 
@@ -256,8 +266,7 @@ def _quiet_libraries() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     _quiet_libraries()
-    if threading.current_thread() is threading.main_thread():
-        raise_on_sigterm()
+    restore_sigterm = raise_on_sigterm()
     try:
         commands = {
             "run": _run,
@@ -280,13 +289,19 @@ def main(argv: list[str] | None = None) -> int:
         print("launch-study: interrupted (SIGINT)", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        # The reader went away (`export | head -1`): not an error of ours. Python would complain
-        # again when flushing stdout at exit, so point it at /dev/null first.
+        if args.command not in ("export", "status"):
+            raise
+        # The reader of the data went away (`export | head -1`): not an error of ours. Python
+        # would complain again when flushing stdout at exit, so point it at /dev/null first.
         import os
 
         with contextlib.suppress(OSError, ValueError):  # a stream without a descriptor: nothing to do
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
         return 0
+    finally:
+        restore_sigterm()
 
 
 if __name__ == "__main__":

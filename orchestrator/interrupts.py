@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import threading
 from collections.abc import Callable, Iterator
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-class Interrupted(Exception):
-    """The run was stopped by a signal; ``exit_code`` is the shell's 128 + its number."""
+class Interrupted(BaseException):
+    """The run was stopped by a signal; ``exit_code`` is the shell's 128 + its number. A
+    BaseException, like KeyboardInterrupt, so that no ``except Exception`` swallows it."""
 
     def __init__(self, signum: int, message: str = "") -> None:
         self.signum = signum
@@ -26,19 +28,42 @@ class Interrupted(Exception):
         super().__init__(message or f"interrupted ({signal.Signals(signum).name})")
 
 
-def raise_on_sigterm() -> None:
-    """SIGTERM as an exception (Python's default for it kills the process without cleaning up)."""
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()  # signal.signal works only there
+
+
+def raise_on_sigterm() -> Callable[[], None]:
+    """SIGTERM as an exception (Python's default for it kills the process without cleaning up);
+    returns what puts the previous handler back. Off the main thread, nothing changes."""
+    if not _main_thread():
+        return lambda: None
 
     def handler(signum: int, frame) -> None:
         raise Interrupted(signum)
 
-    signal.signal(signal.SIGTERM, handler)
+    previous = signal.signal(signal.SIGTERM, handler)
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def keep_sigterm_handler() -> Iterator[None]:
+    """The SIGTERM handler before the block is the one after it: ``ray.init`` installs its own
+    (``sys.exit``), which would end the run without a word between trials."""
+    previous = signal.getsignal(signal.SIGTERM) if _main_thread() else None
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
 def wind_down(on_signal: Callable[[int], None]) -> Iterator[None]:
     """In the block, the first SIGINT or SIGTERM calls ``on_signal(signum)`` and returns (the run
     winds down by itself); a second one raises ``Interrupted`` at once."""
+    if not _main_thread():  # run_study from a thread of a notebook: its caller handles signals
+        yield
+        return
     received: list[int] = []
 
     def handler(signum: int, frame) -> None:

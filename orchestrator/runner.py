@@ -24,7 +24,7 @@ from orchestrator.execution import (
     train_on_worker,
 )
 from orchestrator.export import study_table, write_table
-from orchestrator.interrupts import Interrupted, wind_down
+from orchestrator.interrupts import Interrupted, keep_sigterm_handler, wind_down
 from orchestrator.preflight import (
     check_devices,
     check_ray_address,
@@ -299,16 +299,8 @@ def _search(cfg: StudyConfig, opts: RunOptions, driver: StudyDriver, setup: Tria
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # no TensorBoard/CSV files
     cpus = cfg.study.cpus_per_trial
     local = {} if opts.ray_address else {"num_cpus": max(1, math.ceil(cpus * opts.max_concurrent))}
-    ray.init(
-        # "local": a fresh instance of our own, never whatever cluster `ray start` left recorded
-        # in /tmp/ray; joining a cluster is what --ray-address / RAY_ADDRESS is for.
-        address=opts.ray_address or "local",
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=True,
-        logging_level="ERROR",
-        **local,
-    )
+    with keep_sigterm_handler():
+        _init_ray(opts, local)
     try:
         rungs = tuple(cfg.early_stopping.rungs())
         trainable = tune.with_resources(
@@ -338,3 +330,18 @@ def _search(cfg: StudyConfig, opts: RunOptions, driver: StudyDriver, setup: Tria
             tuner.fit()
     finally:
         ray.shutdown()
+
+
+def _init_ray(opts: RunOptions, local: dict) -> None:
+    import ray
+
+    ray.init(
+        # "local": a fresh instance of our own, never whatever cluster `ray start` left recorded
+        # in /tmp/ray; joining a cluster is what --ray-address / RAY_ADDRESS is for.
+        address=opts.ray_address or "local",
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=True,
+        logging_level="ERROR",
+        **local,
+    )

@@ -144,8 +144,8 @@ class StudyStore:
 
 def open_store(url: str, create: bool = True) -> StudyStore:
     """Connect (clear one-line errors for a malformed or unreachable URL) and create the tables.
-    ``create=False`` (status, export): an SQLite file that does not exist is an error, not a new
-    empty database."""
+    ``create=False`` (status, export, the dashboard): read what is there and change nothing; an
+    SQLite file that does not exist, or a database without Optuna's tables, is an error."""
     try:
         parsed = _parse_url(url)
     except ArgumentError as err:
@@ -159,13 +159,18 @@ def open_store(url: str, create: bool = True) -> StudyStore:
     try:
         engine = sa.create_engine(url, **engine_kwargs)
         with engine.connect() as conn:
-            if sqlite:  # WAL: the dashboard can read while the driver writes
+            if sqlite and create:  # WAL (kept in the file): the dashboard reads while the driver writes
                 conn.exec_driver_sql("PRAGMA journal_mode=WAL")
     except (NoSuchModuleError, ModuleNotFoundError) as err:
         raise UserError(f"database URL {redact(url)}: driver not installed ({err})") from None
     except SQLAlchemyError as err:
         reason = scrub(str(getattr(err, "orig", err)).strip().splitlines()[0], url)
         raise UserError(f"cannot connect to database {redact(url)}: {reason}") from None
+    if not create:
+        if not sa.inspect(engine).has_table("studies"):
+            raise UserError(f"database {redact(url)} holds no Optuna study")
+        storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=True)
+        return StudyStore(url, storage, engine)
     storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
     Base.metadata.create_all(engine)  # idempotent
     _add_missing_columns(engine)
@@ -175,10 +180,18 @@ def open_store(url: str, create: bool = True) -> StudyStore:
 def _add_missing_columns(engine: sa.Engine) -> None:
     """Databases made by an earlier version lack ``study_lease.ttl_seconds``: add it (nullable,
     so old rows stay valid). create_all makes missing tables, never missing columns."""
-    columns = {c["name"] for c in sa.inspect(engine).get_columns("study_lease")}
-    if "ttl_seconds" not in columns:
+
+    def has_column() -> bool:
+        return "ttl_seconds" in {c["name"] for c in sa.inspect(engine).get_columns("study_lease")}
+
+    if has_column():
+        return
+    try:
         with engine.begin() as conn:
             conn.exec_driver_sql("ALTER TABLE study_lease ADD COLUMN ttl_seconds FLOAT")
+    except SQLAlchemyError:
+        if not has_column():  # else another driver added it at the same moment
+            raise
 
 
 def study_exists(store: StudyStore, name: str) -> bool:
@@ -239,6 +252,9 @@ def refresh_frontier(store: StudyStore, study: optuna.Study) -> list[dict[str, A
 
 
 def read_frontier(store: StudyStore, study_name: str) -> list[dict[str, Any]]:
+    """The study's rows of the frontier table (none in a database no run has written)."""
+    if not sa.inspect(store.engine).has_table(ParetoPoint.__tablename__):
+        return []
     with Session(store.engine) as session:
         points = session.scalars(
             sa.select(ParetoPoint)
@@ -255,8 +271,10 @@ def fail_and_ask_again(store: StudyStore, study: optuna.Study, trials: list[Froz
     study_id = store.storage.get_study_id_from_name(study.study_name)
     for trial in trials:
         trial_id = store.storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+        if store.storage.get_trial(trial_id).state.is_finished():
+            continue  # told meanwhile (by its worker's last report): nothing to ask again
         store.storage.set_trial_user_attr(trial_id, "error", why)
-        study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
+        study.tell(trial.number, state=TrialState.FAIL)
         if not trial.user_attrs.get("dense_control"):
             study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
 
@@ -381,10 +399,14 @@ class HeldLease:
                 self.last_renewed = now
                 return
             self._lose("another driver took the study's lease")
-        except SQLAlchemyError as err:  # a missed beat is retried on the next, within the TTL
-            if (now - self.last_renewed).total_seconds() >= self.ttl_seconds:
+        except SQLAlchemyError as err:  # a missed beat is retried on the next
+            silent = (now - self.last_renewed).total_seconds()
+            # Given up at 2/3 of the TTL: from the whole TTL on another driver may take the study,
+            # and this one must have stopped telling by then (it beats every TTL/3).
+            if silent >= self.ttl_seconds * 2 / 3:
                 self._lose(
-                    f"the lease could not be renewed for {self.ttl_seconds:.0f}s ({type(err).__name__})"
+                    f"the lease could not be renewed for {silent:.0f}s of its {self.ttl_seconds:.0f}s "
+                    f"({type(err).__name__})"
                 )
 
     def _lose(self, reason: str) -> None:

@@ -114,3 +114,47 @@ def test_export_model_refuses_a_bit_flipped_trial_model(tmp_path):
     )
     assert not (tmp_path / "out").exists()
     assert json.loads((tmp_path / "trial0" / CONFIG).read_text())["sha256"]  # left as it was
+
+
+def test_a_checkpoint_of_another_seed_is_not_resumed_and_a_retry_keeps_its_own(tmp_path, small_text):
+    """A folder may hold a trial of an earlier study of the same name, or another seed's; a
+    resumed trial writes its own checkpoint, so the retry of a retry resumes too."""
+    corpus = CharCorpus.load(small_text, block_size=16)
+    model = ModelConfig(vocab_size=corpus.vocab_size, block_size=16, n_layer=2, n_head=2, d_model=16)
+    dense = ensure_dense_checkpoint(
+        corpus, model, PretrainConfig(steps=4, batch_size=4), tmp_path, eval_tokens=64
+    )
+    budget = TrialBudget(prune_steps=4, finetune_steps=2, batch_size=4, eval_tokens=64)
+    hp = TrialHParams(method="l0_target", sparsity=0.5)
+    run_trial(TrialSetup(corpus, dense, budget, 0), hp, save_dir=tmp_path / "seed0")
+    other_seed = run_trial(
+        TrialSetup(corpus, dense, budget, 1), hp, save_dir=tmp_path / "a", resume_dirs=[tmp_path / "seed0"]
+    )
+    assert "prune_resumed" not in other_seed.phase_seconds
+    retry = run_trial(
+        TrialSetup(corpus, dense, budget, 1), hp, save_dir=tmp_path / "b", resume_dirs=[tmp_path / "a"]
+    )
+    assert "prune_resumed" in retry.phase_seconds and (tmp_path / "b" / AFTER_PRUNE).is_dir()
+    again = run_trial(
+        TrialSetup(corpus, dense, budget, 1), hp, save_dir=tmp_path / "c", resume_dirs=[tmp_path / "b"]
+    )
+    assert "prune_resumed" in again.phase_seconds
+    assert again.val_perplexity == pytest.approx(other_seed.val_perplexity, rel=1e-6)
+
+
+def test_a_model_of_an_earlier_version_exports_with_a_warning(tmp_path):
+    save_model(tiny_model(), list("abcdefghijkl"), tmp_path / "trial0")
+    config = json.loads((tmp_path / "trial0" / CONFIG).read_text())
+    del config["sha256"]  # as headprune 0.1 wrote it
+    (tmp_path / "trial0" / CONFIG).write_text(json.dumps(config))
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = optuna.create_study(study_name="s", storage=url, directions=["minimize", "minimize"])
+    study.add_trial(
+        optuna.trial.create_trial(values=[5.0, 100], user_attrs={"model_dir": str(tmp_path / "trial0")})
+    )
+    args = ("--storage", url, "--study-name", "s", "--trial", "0", "--output", str(tmp_path / "out"))
+    run = cli_in_process("export-model", *args, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.strip() == "launch-study: warning: trial 0's model has no checksums to verify"
+    model, vocab = load_model(tmp_path / "out", verify=False)
+    assert vocab == list("abcdefghijkl")

@@ -194,7 +194,8 @@ def test_scrub_removes_secrets_a_driver_repeats():
 
 
 @pytest.mark.parametrize("command", ["status", "export"])
-def test_reading_a_missing_sqlite_file_creates_nothing(command, tmp_path):
+def test_reading_a_missing_sqlite_file_creates_nothing(command, tmp_path, monkeypatch):
+    monkeypatch.delenv("HEADPRUNE_STORAGE", raising=False)
     run = cli_in_process(
         command, "--storage", f"sqlite:///{tmp_path}/a/b.db", "--study-name", "x", cwd=tmp_path
     )

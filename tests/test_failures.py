@@ -73,3 +73,43 @@ def test_the_driver_records_the_cause_and_status_shows_it(tmp_path):
     assert "last failure: trial 0: RuntimeError: Torch not compiled with CUDA enabled" in format_status(
         study_status(study)
     )
+
+
+@pytest.mark.slow
+def test_a_failing_trial_in_a_real_run_is_recorded_once_with_its_cause(tmp_path, monkeypatch):
+    """Through the real CLI, Ray Tune and its workers: every pruned trial raises (the fault is
+    injected with a sitecustomize module, which every Python process of the run imports,
+    Ray's workers included). The dense control completes; each failure is FAIL with its type
+    and message, none is run again, and the run ends cleanly with the cause in `status`."""
+    import os
+
+    from helpers import launch, leftover_ray_processes, ray_processes
+
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(
+        "import trainers.trial as trial\n"
+        "_real = trial.run_trial\n"
+        "def run_trial(setup, hp, *args, **kwargs):\n"
+        "    if hp.method != 'dense':\n"
+        "        raise RuntimeError('injected: Torch not compiled with CUDA enabled')\n"
+        "    return _real(setup, hp, *args, **kwargs)\n"
+        "trial.run_trial = run_trial\n"
+    )
+    before = ray_processes()
+    path = os.pathsep.join(p for p in (str(inject), os.environ.get("PYTHONPATH", "")) if p)
+    monkeypatch.setenv("PYTHONPATH", path)
+    run = launch("run", str(SMOKE), "--set", "study.max_failed_trials=1", cwd=tmp_path)
+    monkeypatch.undo()
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr
+    study = optuna.load_study(study_name="smoke", storage=f"sqlite:///{tmp_path}/runs/smoke.db")
+    failed = study.get_trials(states=(optuna.trial.TrialState.FAIL,))
+    assert len(failed) == 2  # more than max_failed_trials = 1: the run stopped asking
+    for trial in failed:
+        assert trial.user_attrs["error"] == "RuntimeError: injected: Torch not compiled with CUDA enabled"
+        assert "worker_retries" not in trial.user_attrs  # deterministic: not run again
+    assert [t.state for t in study.get_trials()].count(optuna.trial.TrialState.COMPLETE) == 1
+    status = launch("status", "--study-name", "smoke", cwd=tmp_path)
+    assert "last failure: trial 2: RuntimeError: injected" in status.stdout
+    assert leftover_ray_processes(before) == {}

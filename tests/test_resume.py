@@ -238,7 +238,10 @@ def test_a_newcomer_with_a_shorter_lease_cannot_take_a_live_drivers_study(tmp_pa
     lease by its own TTL and took it; both ended 0 with more COMPLETE trials than asked."""
     url, name = f"sqlite:///{tmp_path}/runs/race.db", "race"
     before = ray_processes()
-    first, log = start(url, name, tmp_path, "--set", "study.lease_seconds=60")
+    # Trials long enough (600 steps) that the first is still running when the second arrives.
+    first, log = start(
+        url, name, tmp_path, "--set", "study.lease_seconds=60", "--set", "trial.finetune_steps=600"
+    )
     try:
         wait_for(log, r"trial 0: started", first)
         time.sleep(2.5)  # longer than the newcomer's TTL

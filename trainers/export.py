@@ -30,6 +30,10 @@ class CorruptModel(ValueError):
     """A model folder that cannot be trusted: missing, truncated or altered files."""
 
 
+class UnverifiedModel(CorruptModel):
+    """A model folder of an earlier version, written before checksums were recorded."""
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -66,8 +70,9 @@ def save_model(model: LanguageModel, vocab: list[str], folder: str | Path, extra
     return folder
 
 
-def read_config(folder: str | Path) -> dict:
-    """config.json of a model folder, with the files it vouches for checked against it."""
+def read_config(folder: str | Path, verify: bool = True) -> dict:
+    """config.json of a model folder, with the files it vouches for checked against it
+    (``verify=False``: a folder without checksums is read as it is)."""
     folder = Path(folder)
     try:
         config = json.loads((folder / CONFIG).read_text())
@@ -78,8 +83,10 @@ def read_config(folder: str | Path) -> dict:
     if not isinstance(config, dict) or "model" not in config:
         raise CorruptModel(f"{folder / CONFIG} holds no model config")
     digests = config.get("sha256")
+    if digests is None and not verify:
+        return config
     if not isinstance(digests, dict) or set(digests) != {WEIGHTS, VOCAB}:
-        raise CorruptModel(f"{folder / CONFIG} records no checksums (written before they were)")
+        raise UnverifiedModel(f"{folder / CONFIG} records no checksums (written before they were)")
     for name, expected in digests.items():
         if not (folder / name).is_file():
             raise CorruptModel(f"{folder}: {name} is missing")
@@ -88,10 +95,12 @@ def read_config(folder: str | Path) -> dict:
     return config
 
 
-def load_model(folder: str | Path, device: str = "cpu") -> tuple[LanguageModel, list[str]]:
+def load_model(
+    folder: str | Path, device: str = "cpu", verify: bool = True
+) -> tuple[LanguageModel, list[str]]:
     """The model and vocabulary in ``folder``, checked (``CorruptModel`` if anything is off)."""
     folder = Path(folder)
-    config = read_config(folder)
+    config = read_config(folder, verify)
     try:
         model = LanguageModel(ModelConfig.from_dict(config["model"]))
         state = load_file(str(folder / WEIGHTS))

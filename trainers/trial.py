@@ -153,16 +153,16 @@ def run_trial(
         )
         model = prune_heads(model, outcome.keep, outcome.head_scale)
         seconds["prune"] = time.perf_counter() - start
-        if save_dir is not None:
-            meta = {
-                "hparams": hp.to_dict(),
-                "identity": identity,
-                "keep": outcome.keep,
-                "trained_steps": outcome.trained_steps,
-                "prune_seconds": seconds["prune"],
-                "generator_state": generator.get_state().tolist(),
-            }
-            save_model(model, setup.corpus.vocab, Path(save_dir) / AFTER_PRUNE, extra=meta)
+    if save_dir is not None:  # a resumed trial keeps one too: a retry of the retry resumes from it
+        meta = {
+            "hparams": hp.to_dict(),
+            "identity": identity,
+            "keep": outcome.keep,
+            "trained_steps": outcome.trained_steps,
+            "prune_seconds": seconds["prune"],
+            "generator_state": generator.get_state().tolist(),
+        }
+        save_model(model, setup.corpus.vocab, Path(save_dir) / AFTER_PRUNE, extra=meta)
 
     start = time.perf_counter()
     # Methods that trained no weights while pruning get those steps here: equal budgets for all.
