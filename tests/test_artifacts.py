@@ -34,6 +34,17 @@ def truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
+def export_trial_model(tmp_path: Path):
+    """``export-model`` of a one-trial study whose model is ``tmp_path/trial0``, to ``tmp_path/out``."""
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = optuna.create_study(study_name="s", storage=url, directions=["minimize", "minimize"])
+    study.add_trial(
+        optuna.trial.create_trial(values=[5.0, 100], user_attrs={"model_dir": str(tmp_path / "trial0")})
+    )
+    args = ("--storage", url, "--study-name", "s", "--trial", "0", "--output", str(tmp_path / "out"))
+    return cli_in_process("export-model", *args, cwd=tmp_path)
+
+
 def test_a_saved_model_loads_back_identical_and_leaves_no_temporary_file(tmp_path):
     model = tiny_model()
     save_model(model, list("abcdefghijkl"), tmp_path / "m", extra={"note": 1})
@@ -100,13 +111,7 @@ def test_a_corrupt_after_pruning_checkpoint_is_pruned_again(tmp_path, small_text
 def test_export_model_refuses_a_bit_flipped_trial_model(tmp_path):
     save_model(tiny_model(), list("abcdefghijkl"), tmp_path / "trial0")
     flip_a_byte(tmp_path / "trial0" / WEIGHTS)
-    url = f"sqlite:///{tmp_path}/s.db"
-    study = optuna.create_study(study_name="s", storage=url, directions=["minimize", "minimize"])
-    study.add_trial(
-        optuna.trial.create_trial(values=[5.0, 100], user_attrs={"model_dir": str(tmp_path / "trial0")})
-    )
-    args = ("--storage", url, "--study-name", "s", "--trial", "0", "--output", str(tmp_path / "out"))
-    run = cli_in_process("export-model", *args, cwd=tmp_path)
+    run = export_trial_model(tmp_path)
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert run.stderr.strip() == (
         f"launch-study: error: trial 0's model cannot be exported: {tmp_path / 'trial0' / WEIGHTS} "
@@ -147,13 +152,7 @@ def test_a_model_of_an_earlier_version_exports_with_a_warning(tmp_path):
     config = json.loads((tmp_path / "trial0" / CONFIG).read_text())
     del config["sha256"]  # as headprune 0.1 wrote it
     (tmp_path / "trial0" / CONFIG).write_text(json.dumps(config))
-    url = f"sqlite:///{tmp_path}/s.db"
-    study = optuna.create_study(study_name="s", storage=url, directions=["minimize", "minimize"])
-    study.add_trial(
-        optuna.trial.create_trial(values=[5.0, 100], user_attrs={"model_dir": str(tmp_path / "trial0")})
-    )
-    args = ("--storage", url, "--study-name", "s", "--trial", "0", "--output", str(tmp_path / "out"))
-    run = cli_in_process("export-model", *args, cwd=tmp_path)
+    run = export_trial_model(tmp_path)
     assert run.returncode == 0, run.stderr
     assert run.stderr.strip() == "launch-study: warning: trial 0's model has no checksums to verify"
     model, vocab = load_model(tmp_path / "out", verify=False)

@@ -74,6 +74,13 @@ def start(url: str, name: str, cwd: Path, *extra: str) -> tuple[subprocess.Popen
     return proc, log
 
 
+def stop(proc: subprocess.Popen, before: set[int]) -> None:
+    """The driver killed if it still runs, and the Ray processes it started stopped."""
+    if proc.poll() is None:
+        proc.kill()
+    kill_new_ray_processes(before)
+
+
 def wait_for(log: Path, pattern: str, proc: subprocess.Popen, timeout: float = 120) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -160,9 +167,7 @@ def test_a_worker_killed_mid_trial_is_retried_and_the_study_completes(tmp_path):
             os.kill(pid, signal.SIGKILL)
         assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        kill_new_ray_processes(before)
+        stop(proc, before)
     study = optuna.load_study(study_name=name, storage=url)
     complete = study.get_trials(states=(TrialState.COMPLETE,))
     assert len(complete) == N_TRIALS
@@ -211,9 +216,7 @@ def test_a_signal_mid_trial_stops_cleanly_and_the_same_command_finishes(signum, 
         code = proc.wait(timeout=120)
         leftover = leftover_ray_processes(before)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        kill_new_ray_processes(before)
+        stop(proc, before)
     text = log.read_text()
     assert code == 128 + signum, text[-3000:]
     last = text.strip().splitlines()[-1]
@@ -260,9 +263,7 @@ def test_a_newcomer_with_a_shorter_lease_cannot_take_a_live_drivers_study(tmp_pa
         assert second.returncode == 2 and "being run by another driver" in second.stderr, second.stderr
         assert first.wait(timeout=300) == 0, log.read_text()[-3000:]
     finally:
-        if first.poll() is None:
-            first.kill()
-        kill_new_ray_processes(before)
+        stop(first, before)
     study = optuna.load_study(study_name=name, storage=url)
     assert len(study.get_trials(states=(TrialState.COMPLETE,))) == N_TRIALS
     assert [t.state for t in study.get_trials()].count(TrialState.FAIL) == 0
