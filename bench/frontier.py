@@ -52,7 +52,7 @@ from ray.tune.stopper import Stopper
 from bench.common import print_json, print_table
 from orchestrator.config import load_study_config
 from orchestrator.report import normalised_hypervolume
-from orchestrator.runner import RunOptions, prepare_inputs, run_study, study_dense_checkpoint
+from orchestrator.runner import RunOptions, prepare_inputs, run_study, startup_trials, study_dense_checkpoint
 from orchestrator.search_space import Range, SearchSpace
 from trainers.hparams import TrialHParams
 from trainers.trial import TrialSetup, run_trial
@@ -232,7 +232,7 @@ def run_seed(cfg, seed: int, arms: list[str], budget_s: float, artifacts: Path, 
     # The searched arm as a user would run it on this budget: --n-trials = the full trials it
     # affords, hence the default rule's start-up spread (half of them, at most 10).
     affords = max(1, int(budget_s // dense["seconds"]))
-    startup = cfg.study.startup_trials or min(10, affords // 2 + 1)
+    startup = startup_trials(cfg, affords)
     print(
         f"seed {seed}: dense control ppl {dense['ppl']:.3f} ({dense['seconds']:.0f} CPU-s); "
         f"the budget affords {affords} full trials, {startup} of them start-up",

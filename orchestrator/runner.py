@@ -111,14 +111,16 @@ def _sampler(cfg: StudyConfig, opts: RunOptions, store: StudyStore) -> optuna.sa
     if study_exists(store, opts.study_name):
         study_id = store.storage.get_study_id_from_name(opts.study_name)
         asked = len(store.storage.get_all_trials(study_id, deepcopy=False))
-    return optuna.samplers.TPESampler(seed=cfg.study.seed + asked, n_startup_trials=startup_trials(cfg, opts))
+    return optuna.samplers.TPESampler(
+        seed=cfg.study.seed + asked, n_startup_trials=startup_trials(cfg, opts.n_trials)
+    )
 
 
-def startup_trials(cfg: StudyConfig, opts: RunOptions) -> int:
+def startup_trials(cfg: StudyConfig, n_trials: int) -> int:
     """Trials spread over sparsity (the sampler choosing the rest at random) before it models the
-    results: ``[study] startup_trials``, else half the run's trials (``--n-trials`` when given,
-    else the study file's), at most 10."""
-    return cfg.study.startup_trials or min(10, opts.n_trials // 2 + 1)
+    results: ``[study] startup_trials``, else half the run's ``n_trials`` (``--n-trials`` when
+    given, else the study file's), at most 10."""
+    return cfg.study.startup_trials or min(10, n_trials // 2 + 1)
 
 
 def preflight(cfg: StudyConfig, opts: RunOptions) -> None:
@@ -173,7 +175,7 @@ def _run_leased(
         max_failed=cfg.study.max_failed_trials,
         models_dir=opts.artifacts / "trials" / opts.study_name,
         on_finished=lambda number: _after_trial(store, study, driver, number),
-        spread_trials=startup_trials(cfg, opts),
+        spread_trials=startup_trials(cfg, opts.n_trials),
         trial_cpu_seconds_budget=opts.trial_cpu_seconds_budget,
         still_leased=lambda: not lease.lost.is_set(),
     )

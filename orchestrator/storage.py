@@ -151,10 +151,11 @@ def open_store(url: str, create: bool = True) -> StudyStore:
     except ArgumentError as err:
         raise UserError(f"malformed database URL ({err})") from None
     sqlite = parsed.get_backend_name() == "sqlite"
-    if sqlite and parsed.database and parsed.database != ":memory:":
-        if not create and not Path(parsed.database).is_file():
-            raise UserError(f"no database at {parsed.database} (the study's --storage?)")
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    database = sqlite_database(url)
+    if database:
+        if not create and not Path(database).is_file():
+            raise UserError(f"no database at {database} (the study's --storage?)")
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
     engine_kwargs: dict[str, Any] = {"connect_args": {"timeout": 60}} if sqlite else {"pool_pre_ping": True}
     try:
         engine = sa.create_engine(url, **engine_kwargs)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from orchestrator.config import load_study_config
@@ -79,17 +77,12 @@ def test_dense_control_takes_defaults_whatever_is_searched():
 
 
 def test_the_start_up_spread_follows_the_runs_n_trials_and_the_study_files_override():
-    from pathlib import Path
-
     from helpers import REPO
 
-    from orchestrator.runner import RunOptions, startup_trials
+    from orchestrator.runner import startup_trials
 
     cfg = load_study_config(REPO / "studies" / "tinyshakespeare.toml")  # n_trials = 20
-    opts = RunOptions(
-        "sqlite://", "x", n_trials=4, max_concurrent=1, artifacts=Path("a"), output_csv=Path("c")
-    )
-    assert startup_trials(cfg, opts) == 3  # --n-trials 4, not the file's 20
-    assert startup_trials(cfg, replace(opts, n_trials=100)) == 10
+    assert startup_trials(cfg, 4) == 3  # a run of --n-trials 4, not the file's 20
+    assert startup_trials(cfg, 100) == 10
     overridden = load_study_config(REPO / "studies" / "tinyshakespeare.toml", ["study.startup_trials=6"])
-    assert startup_trials(overridden, opts) == 6
+    assert startup_trials(overridden, 4) == 6
