@@ -28,7 +28,6 @@ import torch
 from bench.common import print_json, print_table
 from orchestrator.config import load_study_config
 from orchestrator.runner import prepare_inputs, study_dense_checkpoint
-from trainers.model import prune_heads
 from trainers.pretrain import load_dense
 
 REPO = Path(__file__).resolve().parent.parent
@@ -62,7 +61,7 @@ def main() -> None:
     keep = [
         sorted(torch.randperm(n, generator=generator)[: n - n // 4].tolist()) for n in model_cfg.layer_heads
     ]
-    pruned = prune_heads(model, keep)
+    pruned = model.prune_heads(keep)
     block = model_cfg.block_size
     dense_losses = window_losses(model, corpus.val, block)
     differences = window_losses(pruned, corpus.val, block) - dense_losses

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from orchestrator.config import load_study_config
-from trainers.data import CharCorpus
+from trainers.data import Corpus
 from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams
 from trainers.model import ModelConfig
 from trainers.pretrain import ensure_dense_checkpoint
@@ -64,7 +64,7 @@ def main() -> None:
     if args.quick:
         args.prune_steps, args.finetune_steps, args.pretrain_steps = 10, 5, 20
 
-    corpus = CharCorpus.load(CORPUS, block_size=128)
+    corpus = Corpus.load(CORPUS, block_size=128)
     study = load_study_config(STUDY)
     budget = TrialBudget(
         prune_steps=args.prune_steps,

@@ -15,7 +15,7 @@ from functools import partial
 import torch
 
 from bench.common import median_seconds, print_json, print_table
-from trainers.model import LanguageModel, ModelConfig, prune_heads
+from trainers.model import LanguageModel, ModelConfig
 
 VOCAB = 66
 
@@ -43,7 +43,7 @@ def main() -> None:
         n = dense.cfg.n_head
         for removed in (0.25, 0.5, 0.75):
             keep_per_layer = round(n * (1 - removed))
-            pruned = prune_heads(dense, [list(range(keep_per_layer))] * dense.cfg.n_layer).eval()
+            pruned = dense.prune_heads([list(range(keep_per_layer))] * dense.cfg.n_layer).eval()
             flops_ratio = forward_flops(dense.cfg, 128) / forward_flops(pruned.cfg, 128)
             for batch in (1, 32):
                 x = torch.randint(0, VOCAB, (batch, 128))

@@ -142,22 +142,19 @@ def _positive(name: str, value: int | None) -> int | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import os
-
     from orchestrator.config import load_study_config
     from orchestrator.runner import RunOptions, run_study
-    from orchestrator.storage import resolve_url
 
     cfg = load_study_config(args.study_file, args.overrides)
-    name = args.study_name or cfg.study.name
-    opts = RunOptions(
-        storage_url=resolve_url(args.storage, name),
-        study_name=name,
-        n_trials=_positive("--n-trials", args.n_trials) or cfg.study.n_trials,
-        max_concurrent=_positive("--max-concurrent", args.max_concurrent) or cfg.study.max_concurrent,
-        artifacts=args.artifacts.resolve(),  # Ray workers run in other folders
-        output_csv=args.output or Path("runs") / f"{name}_pareto.csv",
-        ray_address=args.ray_address or os.environ.get("RAY_ADDRESS"),
+    opts = RunOptions.for_study(
+        cfg,
+        storage=args.storage,
+        study_name=args.study_name,
+        n_trials=_positive("--n-trials", args.n_trials),
+        max_concurrent=_positive("--max-concurrent", args.max_concurrent),
+        artifacts=args.artifacts,
+        output=args.output,
+        ray_address=args.ray_address,
     )
     summary = run_study(cfg, opts)
     print(summary.csv)
@@ -212,12 +209,12 @@ def _export_model(args: argparse.Namespace) -> int:
     if source is None or not source.is_dir():
         raise UserError(f"trial {args.trial}'s model is not on this machine (looked in {recorded or '-'})")
     try:
-        load_model(source)  # checksums, then the weights themselves
+        model, tokenizer = load_model(source)  # checksums, then the weights themselves
     except UnverifiedModel:  # a trial of an earlier version: exported, with a word about it
         print(
             f"launch-study: warning: trial {args.trial}'s model has no checksums to verify", file=sys.stderr
         )
-        load_model(source, verify=False)
+        model, tokenizer = load_model(source, verify=False)
     except CorruptModel as err:
         raise UserError(f"trial {args.trial}'s model cannot be exported: {err}") from None
     output = args.output.resolve()
@@ -233,7 +230,13 @@ def _export_model(args: argparse.Namespace) -> int:
     staging, backup = output.with_name(f".{output.name}.partial"), output.with_name(f".{output.name}.old")
     for leftover in (staging, backup):
         shutil.rmtree(leftover, ignore_errors=True)
-    shutil.copytree(source, staging, ignore=shutil.ignore_patterns("after_prune", ".*"))
+    if model.cfg.family == "hf":  # a standard Hugging Face folder (trainers.load_pruned reads it)
+        from trainers.hf import save_pretrained
+
+        save_pretrained(model, staging)
+        tokenizer.save(staging)
+    else:  # the built-in families' own format, as the trial wrote it
+        shutil.copytree(source, staging, ignore=shutil.ignore_patterns("after_prune", ".*"))
     if output.exists():
         output.rename(backup)
     staging.rename(output)

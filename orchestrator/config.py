@@ -7,21 +7,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainers.tokenizers import KINDS
+
 from orchestrator.errors import UserError, closest
 from orchestrator.preflight import check_study_name
 from orchestrator.search_space import SearchSpace, check_value
-from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams, bounded, field_specs
-from trainers.model import FAMILIES
+from trainers.families import FAMILIES
+from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams, bounded, choice, field_specs
 
+HF_ARCHITECTURES = ("gpt2", "gpt_neox", "llama")  # trainers/hf.py builds these from sizes
 MODEL_SPECS: dict[str, dict] = {
+    "family": {"type": str, "default": "gpt", "choices": tuple(FAMILIES)},
     "n_layer": {"type": int, "default": 4, "low": 1},
     "n_head": {"type": int, "default": 8, "low": 1},
     "d_model": {"type": int, "default": 128, "low": 1},
     "block_size": {"type": int, "default": 128, "low": 1},
-    "family": {"type": str, "default": "gpt", "choices": FAMILIES},
     "n_persistent": {"type": int, "default": 64, "low": 1},
     "dropout": {"type": float, "default": 0.0, "low": 0.0, "high": 1.0, "high_open": True},
+    # family = "hf" only: a model folder (or a name in the local Hugging Face cache), or an
+    # architecture built from the sizes above; n_kv_head < n_head is grouped-query attention.
+    "path": {"type": str, "default": ""},
+    "architecture": {"type": str, "default": "", "choices": ("", *HF_ARCHITECTURES)},
+    "n_kv_head": {"type": int, "default": 0, "low": 0},
 }
+HF_ONLY = ("path", "architecture", "n_kv_head")
+BUILT_IN_ONLY = ("n_persistent",)
+SIZES = ("n_layer", "n_head", "d_model")
 
 
 @dataclass(frozen=True)
@@ -69,11 +80,18 @@ class CorpusSettings:
     train_path: str = bounded("", kind=str)
     val_path: str = bounded("", kind=str)
     val_fraction: float = bounded(0.1, 0.0, 1.0, high_open=True)
+    tokenizer: str = choice("char", KINDS, doc="char; bpe (trained on the training split); model (beside it)")
+    vocab_size: int = bounded(1024, 257, doc="the BPE tokenizer's vocabulary (256 bytes + merges)")
 
     def load_kwargs(self, base: Path) -> dict[str, Any]:
-        """Arguments for ``CharCorpus.load`` with paths resolved against ``base``."""
+        """Arguments for ``Corpus.load`` with paths resolved against ``base``."""
         paths = {k: base / v for k in ("path", "train_path", "val_path") if (v := getattr(self, k))}
-        return {**paths, "val_fraction": self.val_fraction}
+        return {
+            **paths,
+            "val_fraction": self.val_fraction,
+            "tokenizer": self.tokenizer,
+            "vocab_size": self.vocab_size,
+        }
 
 
 @dataclass(frozen=True)
@@ -81,8 +99,8 @@ class StudyConfig:
     source: Path
     study: StudySettings
     corpus: CorpusSettings
-    model: dict[str, Any]  # ModelConfig fields but vocab_size (known once the corpus is read)
-    pretrain: PretrainConfig
+    model: dict[str, Any]  # [model] as written, defaults filled in (vocab_size comes from the corpus)
+    pretrain: PretrainConfig | None  # None: a user's pretrained model is pruned as it is
     budget: TrialBudget
     search: SearchSpace
     early_stopping: EarlyStopping = field(default_factory=EarlyStopping)
@@ -152,15 +170,14 @@ def load_study_config(path: str | Path, overrides: list[str] = ()) -> StudyConfi
     corpus = _table(f"{path}: [corpus]", raw.get("corpus", {}), field_specs(CorpusSettings))
     if not corpus["path"] and not (corpus["train_path"] and corpus["val_path"]):
         raise UserError(f"{path}: [corpus] needs path, or both train_path and val_path")
-    model = _table(f"{path}: [model]", raw.get("model", {}), MODEL_SPECS)
-    if model["d_model"] % model["n_head"]:
-        raise UserError(
-            f"{path}: [model] d_model {model['d_model']} is not divisible by n_head {model['n_head']}"
-        )
+    model = _check_model(path, raw.get("model", {}), corpus)
     pretrain = _table(f"{path}: [pretrain]", raw.get("pretrain", {}), field_specs(PretrainConfig))
+    # A user's model is the dense checkpoint as it is, unless [pretrain] asks for more training.
+    keep_as_is = bool(model["path"]) and "steps" not in raw.get("pretrain", {})
     budget = _table(f"{path}: [trial]", raw.get("trial", {}), field_specs(TrialBudget))
     search = SearchSpace.from_table(f"{path}: [search]", raw.get("search", {}), field_specs(TrialHParams))
-    search.check_reachable(f"{path}: [search]", [model["n_head"]] * model["n_layer"])
+    if not model["path"]:  # a user's model's heads are known once its config is read
+        search.check_reachable(f"{path}: [search]", [model["n_head"]] * model["n_layer"])
     early = _table(f"{path}: [early_stopping]", raw.get("early_stopping", {}), field_specs(EarlyStopping))
     if early["min_fraction"] <= 0:
         raise UserError(f"{path}: [early_stopping] min_fraction must be above 0")
@@ -169,9 +186,38 @@ def load_study_config(path: str | Path, overrides: list[str] = ()) -> StudyConfi
         study=StudySettings(**study),
         corpus=CorpusSettings(**corpus),
         model=model,
-        pretrain=PretrainConfig(**pretrain),
+        pretrain=None if keep_as_is else PretrainConfig(**pretrain),
         budget=TrialBudget(**budget),
         search=search,
         early_stopping=EarlyStopping(**early),
         raw=raw,
     )
+
+
+def _check_model(path: Path, table: Any, corpus: dict[str, Any]) -> dict[str, Any]:
+    """[model]: the keys each family takes, and sizes that fit together."""
+    model = _table(f"{path}: [model]", table, MODEL_SPECS)
+    where = f"{path}: [model]"
+    if model["family"] == "hf":
+        if bool(model["path"]) == bool(model["architecture"]):
+            raise UserError(f"{where} family = 'hf' needs either path (a model folder) or architecture")
+        if model["path"] and (given := [k for k in (*SIZES, "n_kv_head") if k in table]):
+            raise UserError(f"{where} {given[0]}: a model at path has its own sizes; remove the key")
+        if given := [k for k in BUILT_IN_ONLY if k in table]:
+            raise UserError(f"{where} {given[0]} applies to the built-in families only")
+    else:
+        if given := [k for k in HF_ONLY if k in table]:
+            raise UserError(f"{where} {given[0]} applies to family = 'hf' only")
+    if not model["path"]:
+        if model["d_model"] % model["n_head"]:
+            raise UserError(
+                f"{where} d_model {model['d_model']} is not divisible by n_head {model['n_head']}"
+            )
+        kv = model["n_kv_head"] or model["n_head"]
+        if model["n_head"] % kv:
+            raise UserError(f"{where} n_head {model['n_head']} is not a multiple of n_kv_head {kv}")
+        if kv != model["n_head"] and model["architecture"] != "llama":
+            raise UserError(f"{where} n_kv_head: grouped-query attention is for architecture = 'llama'")
+    if corpus["tokenizer"] == "model" and not model["path"]:
+        raise UserError(f"{path}: [corpus] tokenizer = 'model' needs [model] path (the tokenizer beside it)")
+    return model

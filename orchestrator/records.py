@@ -35,6 +35,7 @@ class TrialRecord:
 
     trial_number: int
     val_perplexity: float
+    bits_per_byte: float | None  # None: a trial of an earlier version, which did not measure it
     n_params: int
     n_params_nonembed: int
     sparsity: float
@@ -48,6 +49,7 @@ class TrialRecord:
         return cls(
             trial_number=trial.number,
             val_perplexity=trial.values[0],
+            bits_per_byte=attrs.get("bits_per_byte"),
             n_params=int(trial.values[1]),
             n_params_nonembed=int(attrs["n_params_nonembed"]),
             sparsity=float(attrs["sparsity"]),
@@ -61,6 +63,7 @@ class TrialRecord:
         return {
             "trial_number": self.trial_number,
             "val_perplexity": self.val_perplexity,
+            "bits_per_byte": self.bits_per_byte,
             "n_params": self.n_params,
             "n_params_nonembed": self.n_params_nonembed,
             "sparsity": self.sparsity,

@@ -36,7 +36,7 @@ class StudyStatus:
     states: dict[str, int]
     target: int | None
     front_size: int
-    best_by_band: list[tuple[str, float, int]]  # (band, perplexity, trial number)
+    best_by_band: list[tuple[str, float, int, float | None]]  # (band, perplexity, trial, bits per byte)
     dense: tuple[float, int] | None
     hypervolume_history: list[float] = field(default_factory=list)
     elapsed_s: float = 0.0
@@ -74,7 +74,7 @@ def study_status(study: optuna.Study) -> StudyStatus:
         if band:
             top = min(band, key=lambda t: t.values[0])
             label = "dense" if low == high else f"({low:.2f}, {high:.2f}]"
-            best.append((label, top.values[0], top.number))
+            best.append((label, top.values[0], top.number, top.user_attrs.get("bits_per_byte")))
     started = [t.datetime_start for t in trials if t.datetime_start]
     finished = [t.datetime_complete for t in trials if t.datetime_complete]
     elapsed = (max(finished) - min(started)).total_seconds() if started and finished else 0.0
@@ -131,8 +131,9 @@ def format_status(status: StudyStatus) -> str:
             f"  stopped early: {status.stopped_early} trials (PRUNED), {status.saved_steps:,} fine-tuning "
             f"steps saved ({share:.0%} of theirs)"
         )
-    for band, ppl, number in status.best_by_band:
-        lines.append(f"  best at sparsity {band:>13}: perplexity {ppl:.3f} (trial {number})")
+    for band, ppl, number, bpb in status.best_by_band:
+        bits = f", {bpb:.4f} bits/byte" if bpb is not None else ""
+        lines.append(f"  best at sparsity {band:>13}: perplexity {ppl:.3f}{bits} (trial {number})")
     if status.hypervolume_history:
         trail = " ".join(f"{h:.3f}" for h in status.hypervolume_history)
         latest = status.hypervolume_history[-1]
@@ -159,7 +160,7 @@ def front_note(study: optuna.Study) -> str:
 
     rows = [
         f"| {r.trial_number} | {method(t)} | {r.sparsity:.3f} | {r.val_perplexity:.3f} "
-        f"| {r.n_params:,} | {r.heads_per_layer} |"
+        f"| {r.bits_per_byte or float('nan'):.4f} | {r.n_params:,} | {r.heads_per_layer} |"
         for t in sorted(front, key=lambda t: t.values[1])
         for r in [TrialRecord.from_trial(t)]
     ]
@@ -179,8 +180,8 @@ def front_note(study: optuna.Study) -> str:
             "",
             *control_line,
             *([f"{len(stopped)} trials stopped early by Pareto rank (PRUNED).", ""] if stopped else []),
-            "| trial | method | sparsity | val perplexity | parameters | heads per layer |",
-            "| --- | --- | --- | --- | --- | --- |",
+            "| trial | method | sparsity | val perplexity | bits per byte | parameters | heads per layer |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
             *rows,
         ]
     )

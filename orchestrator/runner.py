@@ -12,7 +12,7 @@ from pathlib import Path
 import optuna
 from optuna_dashboard import save_note
 
-from orchestrator.config import StudyConfig
+from orchestrator.config import HF_ONLY, StudyConfig
 from orchestrator.early_stopping import ParetoHalving, ParetoHalvingScheduler
 from orchestrator.errors import UserError
 from orchestrator.execution import (
@@ -45,10 +45,12 @@ from orchestrator.storage import (
     hold_lease,
     open_store,
     refresh_frontier,
+    resolve_url,
     sqlite_database,
     study_exists,
 )
-from trainers.data import CharCorpus, CorpusError
+from trainers.data import Corpus, CorpusError
+from trainers.families import FamilyConfig
 from trainers.model import ModelConfig
 from trainers.pretrain import DenseCheckpoint, ensure_dense_checkpoint
 from trainers.trial import TrialSetup
@@ -65,6 +67,32 @@ class RunOptions:
     ray_address: str | None = None
     trial_cpu_seconds_budget: float | None = None  # stop asking once trials used this much CPU time
 
+    @classmethod
+    def for_study(
+        cls,
+        cfg: StudyConfig,
+        *,
+        storage: str | None = None,
+        study_name: str | None = None,
+        n_trials: int | None = None,
+        max_concurrent: int | None = None,
+        artifacts: str | Path = "runs/artifacts",
+        output: str | Path | None = None,
+        ray_address: str | None = None,
+    ) -> RunOptions:
+        """The options ``launch-study run`` uses, each left out taking the study file's value or
+        the CLI's default (storage: --storage, $HEADPRUNE_STORAGE, runs/<study>.db)."""
+        name = study_name or cfg.study.name
+        return cls(
+            storage_url=resolve_url(storage, name),
+            study_name=name,
+            n_trials=n_trials or cfg.study.n_trials,
+            max_concurrent=max_concurrent or cfg.study.max_concurrent,
+            artifacts=Path(artifacts).resolve(),  # Ray workers run in other folders
+            output_csv=Path(output) if output else Path("runs") / f"{name}_pareto.csv",
+            ray_address=ray_address or os.environ.get("RAY_ADDRESS"),
+        )
+
 
 @dataclass
 class RunSummary:
@@ -76,22 +104,78 @@ class RunSummary:
     csv: Path
 
 
-def prepare_inputs(cfg: StudyConfig) -> tuple[CharCorpus, ModelConfig]:
-    """Everything that can be checked before the database is touched."""
+def prepare_inputs(cfg: StudyConfig, cache_dir: Path | None = None) -> tuple[Corpus, FamilyConfig]:
+    """Everything that can be checked before the database is touched: the corpus tokenized (ids
+    and a trained BPE cached under ``cache_dir``) and the model's config (a user's model's
+    config read, not its weights)."""
+    where = f"{cfg.source}: [model]"
+    model = dict(cfg.model)
+    user_model = None
+    if model["family"] == "hf" and model["path"]:
+        from trainers.hf import read_pretrained_config
+
+        user_model = _model_path(cfg)
+        try:
+            hf_config = read_pretrained_config(user_model)
+        except ValueError as err:
+            raise UserError(f"{where} path: {err}") from None
     try:
-        corpus = CharCorpus.load(
-            **cfg.corpus.load_kwargs(cfg.source.parent), block_size=cfg.model["block_size"]
+        corpus = Corpus.load(
+            **cfg.corpus.load_kwargs(cfg.source.parent),
+            block_size=model["block_size"],
+            model_path=user_model,
+            cache_dir=cache_dir,
         )
     except CorpusError as err:
         raise UserError(f"{cfg.source}: [corpus] {err}") from None
-    return corpus, ModelConfig(vocab_size=corpus.vocab_size, **cfg.model)
+    if model["family"] != "hf":
+        fields = {k: v for k, v in model.items() if k not in HF_ONLY}
+        return corpus, ModelConfig(vocab_size=corpus.vocab_size, **fields)
+    from trainers.hf import HFModelConfig, architecture_config
+
+    if user_model is None:
+        hf_config = architecture_config(
+            model["architecture"],
+            vocab_size=corpus.vocab_size,
+            n_layer=model["n_layer"],
+            n_head=model["n_head"],
+            d_model=model["d_model"],
+            block_size=model["block_size"],
+            n_kv_head=model["n_kv_head"] or None,
+        )
+    try:
+        model_cfg = HFModelConfig(hf_config=hf_config, block_size=model["block_size"])
+    except ValueError as err:
+        raise UserError(f"{where} {err}") from None
+    if model_cfg.vocab_size < corpus.vocab_size:
+        raise UserError(
+            f"{where} the model's vocabulary ({model_cfg.vocab_size}) is smaller than the tokenizer's "
+            f"({corpus.vocab_size}): use [corpus] tokenizer = 'model'"
+        )
+    cfg.search.check_reachable(f"{cfg.source}: [search]", list(model_cfg.layer_heads))
+    return corpus, model_cfg
+
+
+def _model_path(cfg: StudyConfig) -> str:
+    """[model] path: a folder relative to the study file, else a name in the Hugging Face cache."""
+    path = cfg.model["path"]
+    beside = cfg.source.parent / path
+    return str(beside.resolve()) if beside.exists() else path
 
 
 def study_dense_checkpoint(
-    cfg: StudyConfig, corpus: CharCorpus, model_cfg: ModelConfig, artifacts: Path, progress=None
+    cfg: StudyConfig, corpus: Corpus, model_cfg: FamilyConfig, artifacts: Path, progress=None
 ) -> DenseCheckpoint:
     """The study's dense checkpoint: cached under ``artifacts``, shipped in ``checkpoints/``
-    beside the study file, or pretrained now."""
+    beside the study file, pretrained now, or a user's model (``[model] path``) scored and
+    copied into the cache (pretrained further only if ``[pretrain] steps`` says so)."""
+    initial, source = None, ""
+    if model_cfg.family == "hf" and cfg.model["path"]:
+        from trainers.hf import HFLanguageModel, weights_digest
+
+        path = _model_path(cfg)
+        source = weights_digest(path)
+        initial = lambda: HFLanguageModel.from_pretrained(path, model_cfg.block_size)  # noqa: E731
     return ensure_dense_checkpoint(
         corpus,
         model_cfg,
@@ -102,6 +186,8 @@ def study_dense_checkpoint(
         progress=progress,
         shipped_dir=cfg.source.parent / "checkpoints",
         notice=say,
+        initial=initial,
+        source=source,
     )
 
 
@@ -135,7 +221,7 @@ def preflight(cfg: StudyConfig, opts: RunOptions) -> None:
 
 
 def run_study(cfg: StudyConfig, opts: RunOptions) -> RunSummary:
-    corpus, model_cfg = prepare_inputs(cfg)
+    corpus, model_cfg = prepare_inputs(cfg, cache_dir=opts.artifacts / "cache")
     preflight(cfg, opts)
     store = open_store(opts.storage_url)
     if study_exists(store, opts.study_name):
@@ -150,8 +236,8 @@ def _run_leased(
     cfg: StudyConfig,
     opts: RunOptions,
     store: StudyStore,
-    corpus: CharCorpus,
-    model_cfg: ModelConfig,
+    corpus: Corpus,
+    model_cfg: FamilyConfig,
     lease: HeldLease,
 ) -> RunSummary:
     study = create_or_load_study(store, opts.study_name, _sampler(cfg, opts, store))
@@ -301,8 +387,10 @@ def _search(cfg: StudyConfig, opts: RunOptions, driver: StudyDriver, setup: Tria
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # no TensorBoard/CSV files
     cpus = cfg.study.cpus_per_trial
     local = {} if opts.ray_address else {"num_cpus": max(1, math.ceil(cpus * opts.max_concurrent))}
-    with keep_sigterm_handler():
-        _init_ray(opts, local)
+    joined = ray.is_initialized()  # a notebook's own Ray: used as it is, and left running
+    if not joined:
+        with keep_sigterm_handler():
+            _init_ray(opts, local)
     try:
         rungs = tuple(cfg.early_stopping.rungs())
         trainable = tune.with_resources(
@@ -331,7 +419,8 @@ def _search(cfg: StudyConfig, opts: RunOptions, driver: StudyDriver, setup: Tria
         with wind_down(driver.interrupt):
             tuner.fit()
     finally:
-        ray.shutdown()
+        if not joined:
+            ray.shutdown()
 
 
 def _init_ray(opts: RunOptions, local: dict) -> None:

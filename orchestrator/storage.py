@@ -48,6 +48,7 @@ class ParetoPoint(Base):
     study_name: Mapped[str] = mapped_column(sa.String(512), index=True)
     trial_number: Mapped[int]
     val_perplexity: Mapped[float] = mapped_column(sa.Float(precision=53))
+    bits_per_byte: Mapped[float | None] = mapped_column(sa.Float(precision=53), nullable=True)
     n_params: Mapped[int] = mapped_column(sa.BigInteger)
     n_params_nonembed: Mapped[int] = mapped_column(sa.BigInteger)
     sparsity: Mapped[float] = mapped_column(sa.Float(precision=53))
@@ -178,21 +179,29 @@ def open_store(url: str, create: bool = True) -> StudyStore:
     return StudyStore(url, storage, engine)
 
 
+# Columns added since the first version: (table, column, SQL type). create_all makes missing
+# tables, never missing columns; these are added, nullable, so older rows stay valid.
+ADDED_COLUMNS = (
+    ("study_lease", "ttl_seconds", "FLOAT"),
+    ("pareto_frontier", "bits_per_byte", "DOUBLE PRECISION"),
+)
+
+
 def _add_missing_columns(engine: sa.Engine) -> None:
-    """Databases made by an earlier version lack ``study_lease.ttl_seconds``: add it (nullable,
-    so old rows stay valid). create_all makes missing tables, never missing columns."""
+    """Bring a database made by an earlier version up to ``ADDED_COLUMNS``."""
 
-    def has_column() -> bool:
-        return "ttl_seconds" in {c["name"] for c in sa.inspect(engine).get_columns("study_lease")}
+    def has_column(table: str, column: str) -> bool:
+        return column in {c["name"] for c in sa.inspect(engine).get_columns(table)}
 
-    if has_column():
-        return
-    try:
-        with engine.begin() as conn:
-            conn.exec_driver_sql("ALTER TABLE study_lease ADD COLUMN ttl_seconds FLOAT")
-    except SQLAlchemyError:
-        if not has_column():  # else another driver added it at the same moment
-            raise
+    for table, column, sql_type in ADDED_COLUMNS:
+        if has_column(table, column):
+            continue
+        try:
+            with engine.begin() as conn:
+                conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}")
+        except SQLAlchemyError:
+            if not has_column(table, column):  # else another driver added it at the same moment
+                raise
 
 
 def study_exists(store: StudyStore, name: str) -> bool:

@@ -11,13 +11,17 @@ import optuna
 import pytest
 import torch
 from helpers import cli_in_process
+from trainers.tokenizers import CharTokenizer
 
-from trainers.data import CharCorpus
-from trainers.export import CONFIG, VOCAB, WEIGHTS, CorruptModel, load_model, read_config, save_model
+from trainers.data import Corpus
+from trainers.export import CONFIG, WEIGHTS, CorruptModel, load_model, read_config, save_model
 from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams
 from trainers.model import LanguageModel, ModelConfig
 from trainers.pretrain import ensure_dense_checkpoint
 from trainers.trial import AFTER_PRUNE, TrialSetup, run_trial
+
+VOCAB = "vocab.json"  # the character tokenizer's file
+VOCAB_12 = CharTokenizer(list("abcdefghijkl"))
 
 
 def tiny_model() -> LanguageModel:
@@ -47,9 +51,9 @@ def export_trial_model(tmp_path: Path):
 
 def test_a_saved_model_loads_back_identical_and_leaves_no_temporary_file(tmp_path):
     model = tiny_model()
-    save_model(model, list("abcdefghijkl"), tmp_path / "m", extra={"note": 1})
-    loaded, vocab = load_model(tmp_path / "m")
-    assert vocab == list("abcdefghijkl") and read_config(tmp_path / "m")["note"] == 1
+    save_model(model, VOCAB_12, tmp_path / "m", extra={"note": 1})
+    loaded, tokenizer = load_model(tmp_path / "m")
+    assert tokenizer.vocab == VOCAB_12.vocab and read_config(tmp_path / "m")["note"] == 1
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values()))
     assert sorted(p.name for p in (tmp_path / "m").iterdir()) == sorted([WEIGHTS, CONFIG, VOCAB])
 
@@ -66,14 +70,14 @@ def test_a_saved_model_loads_back_identical_and_leaves_no_temporary_file(tmp_pat
     ],
 )
 def test_every_kind_of_damage_is_named(tmp_path, damage, message):
-    save_model(tiny_model(), list("abcdefghijkl"), tmp_path / "m")
+    save_model(tiny_model(), VOCAB_12, tmp_path / "m")
     damage(tmp_path / "m")
     with pytest.raises(CorruptModel, match=message):
         load_model(tmp_path / "m")
 
 
 def test_a_corrupt_dense_checkpoint_is_trained_again(tmp_path, small_text):
-    corpus = CharCorpus.load(small_text, block_size=16)
+    corpus = Corpus.load(small_text, block_size=16)
     model = ModelConfig(vocab_size=corpus.vocab_size, block_size=16, n_layer=1, n_head=2, d_model=16)
     pretrain = PretrainConfig(steps=4, batch_size=4, warmup_steps=1)
     first = ensure_dense_checkpoint(corpus, model, pretrain, tmp_path, eval_tokens=64)
@@ -90,7 +94,7 @@ def test_a_corrupt_dense_checkpoint_is_trained_again(tmp_path, small_text):
 
 
 def test_a_corrupt_after_pruning_checkpoint_is_pruned_again(tmp_path, small_text):
-    corpus = CharCorpus.load(small_text, block_size=16)
+    corpus = Corpus.load(small_text, block_size=16)
     model = ModelConfig(vocab_size=corpus.vocab_size, block_size=16, n_layer=2, n_head=2, d_model=16)
     dense = ensure_dense_checkpoint(
         corpus, model, PretrainConfig(steps=4, batch_size=4), tmp_path, eval_tokens=64
@@ -109,7 +113,7 @@ def test_a_corrupt_after_pruning_checkpoint_is_pruned_again(tmp_path, small_text
 
 
 def test_export_model_refuses_a_bit_flipped_trial_model(tmp_path):
-    save_model(tiny_model(), list("abcdefghijkl"), tmp_path / "trial0")
+    save_model(tiny_model(), VOCAB_12, tmp_path / "trial0")
     flip_a_byte(tmp_path / "trial0" / WEIGHTS)
     run = export_trial_model(tmp_path)
     assert run.returncode == 2 and "Traceback" not in run.stderr
@@ -124,7 +128,7 @@ def test_export_model_refuses_a_bit_flipped_trial_model(tmp_path):
 def test_a_checkpoint_of_another_seed_is_not_resumed_and_a_retry_keeps_its_own(tmp_path, small_text):
     """A folder may hold a trial of an earlier study of the same name, or another seed's; a
     resumed trial writes its own checkpoint, so the retry of a retry resumes too."""
-    corpus = CharCorpus.load(small_text, block_size=16)
+    corpus = Corpus.load(small_text, block_size=16)
     model = ModelConfig(vocab_size=corpus.vocab_size, block_size=16, n_layer=2, n_head=2, d_model=16)
     dense = ensure_dense_checkpoint(
         corpus, model, PretrainConfig(steps=4, batch_size=4), tmp_path, eval_tokens=64
@@ -148,12 +152,12 @@ def test_a_checkpoint_of_another_seed_is_not_resumed_and_a_retry_keeps_its_own(t
 
 
 def test_a_model_of_an_earlier_version_exports_with_a_warning(tmp_path):
-    save_model(tiny_model(), list("abcdefghijkl"), tmp_path / "trial0")
+    save_model(tiny_model(), VOCAB_12, tmp_path / "trial0")
     config = json.loads((tmp_path / "trial0" / CONFIG).read_text())
     del config["sha256"]  # as headprune 0.1 wrote it
     (tmp_path / "trial0" / CONFIG).write_text(json.dumps(config))
     run = export_trial_model(tmp_path)
     assert run.returncode == 0, run.stderr
     assert run.stderr.strip() == "launch-study: warning: trial 0's model has no checksums to verify"
-    model, vocab = load_model(tmp_path / "out", verify=False)
-    assert vocab == list("abcdefghijkl")
+    model, tokenizer = load_model(tmp_path / "out", verify=False)
+    assert tokenizer.vocab == VOCAB_12.vocab

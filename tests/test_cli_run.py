@@ -31,7 +31,7 @@ from helpers import (
 )
 
 from orchestrator.storage import open_store, read_frontier
-from trainers.data import CharCorpus, eval_windows
+from trainers.data import Corpus, eval_windows
 from trainers.export import generate, load_model
 from trainers.gates import heads_to_keep
 from trainers.hparams import TrialHParams
@@ -50,7 +50,7 @@ def smoke(tmp_path_factory):
     leftover = leftover_ray_processes(before)
     store = open_store(f"sqlite:///{work}/runs/smoke.db")
     study = optuna.load_study(study_name="smoke", storage=store.storage)
-    vocab = CharCorpus.load(CORPUS, block_size=32).vocab_size
+    vocab = Corpus.load(CORPUS, block_size=32).vocab_size
     return {
         "work": work,
         "vocab_size": vocab,
@@ -257,13 +257,13 @@ def test_exported_model_reloads_with_the_recorded_perplexity(smoke, tmp_path):
         cwd=tmp_path,
     )
     assert run.returncode == 0, run.stderr
-    model, vocab = load_model(out)
-    corpus = CharCorpus.load(CORPUS, block_size=32)
-    assert vocab == corpus.vocab
+    model, tokenizer = load_model(out)
+    corpus = Corpus.load(CORPUS, block_size=32)
+    assert tokenizer.vocab == corpus.tokenizer.vocab
     ppl = math.exp(mean_loss(model, eval_windows(corpus.val, 32, 2048)))
     assert ppl == pytest.approx(trial.values[0], rel=1e-5)
     assert model.cfg.layer_heads == tuple(heads(trial))
-    assert len(generate(model, vocab, "ROMEO:", 20)) == len("ROMEO:") + 20
+    assert len(generate(model, tokenizer, "ROMEO:", 20)) == len("ROMEO:") + 20
 
 
 def test_export_model_refuses_to_overwrite_unless_forced(smoke, tmp_path):

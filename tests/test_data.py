@@ -1,22 +1,22 @@
 import pytest
 import torch
 
-from trainers.data import CharCorpus, CorpusError, eval_windows
+from trainers.data import Corpus, CorpusError, eval_windows
 
 
 def test_contiguous_split_and_unknown_characters(tmp_path):
     path = tmp_path / "c.txt"
     path.write_text("ab" * 45 + "abz" * 4, encoding="utf-8")  # 'z' only in the last 10%
-    corpus = CharCorpus.load(path, block_size=4)
+    corpus = Corpus.load(path, block_size=4)
     assert len(corpus.train) + len(corpus.val) == 102
-    assert "z" not in corpus.vocab
+    assert "z" not in corpus.tokenizer.vocab
     assert (corpus.val == 0).sum().item() > 0  # z -> unknown id 0
 
 
 def test_separate_train_and_validation_files(tmp_path):
     (tmp_path / "train.txt").write_text("hello world " * 10, encoding="utf-8")
     (tmp_path / "val.txt").write_text("world hello!", encoding="utf-8")
-    corpus = CharCorpus.load(train_path=tmp_path / "train.txt", val_path=tmp_path / "val.txt", block_size=8)
+    corpus = Corpus.load(train_path=tmp_path / "train.txt", val_path=tmp_path / "val.txt", block_size=8)
     assert corpus.decode(corpus.val.tolist()) == "world hello?"
 
 
@@ -28,13 +28,13 @@ def test_unusable_corpora_are_clear_errors(tmp_path, content, message):
     path = tmp_path / "bad.txt"
     path.write_bytes(content)
     with pytest.raises(CorpusError, match=message) as err:
-        CharCorpus.load(path, block_size=64)
+        Corpus.load(path, block_size=64)
     assert str(path) in str(err.value)
 
 
 def test_missing_corpus_names_the_file(tmp_path):
     with pytest.raises(CorpusError, match="not found.*nope.txt"):
-        CharCorpus.load(tmp_path / "nope.txt", block_size=8)
+        Corpus.load(tmp_path / "nope.txt", block_size=8)
 
 
 def test_eval_windows_are_a_fixed_prefix():
@@ -46,6 +46,6 @@ def test_eval_windows_are_a_fixed_prefix():
 
 
 def test_digest_changes_with_the_split(small_text):
-    a = CharCorpus.load(small_text, block_size=8, val_fraction=0.1)
-    b = CharCorpus.load(small_text, block_size=8, val_fraction=0.2)
+    a = Corpus.load(small_text, block_size=8, val_fraction=0.1)
+    b = Corpus.load(small_text, block_size=8, val_fraction=0.2)
     assert a.digest != b.digest

@@ -5,12 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainers.data import CharCorpus
+from trainers.data import Corpus
+from trainers.distillation import PeerDistillation
 from trainers.gates import heads_to_keep, mask_from_keep
 from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams
-from trainers.methods import PeerDistillation, head_importance, mask_gradients, prune
-from trainers.model import LanguageModel, ModelConfig, count_parameters
+from trainers.model import LanguageModel, ModelConfig
 from trainers.pretrain import ensure_dense_checkpoint, load_dense
+from trainers.pruning import PruneContext, prune
+from trainers.pruning.importance import head_importance, mask_gradients
 from trainers.trial import TrialSetup, run_trial
 
 FAMILIES = ["gpt", "all_attention"]
@@ -23,7 +25,7 @@ def setup(request, tmp_path_factory):
     from helpers import CORPUS
 
     text.write_text(CORPUS.read_text(encoding="utf-8")[:30000], encoding="utf-8")
-    corpus = CharCorpus.load(text, block_size=16)
+    corpus = Corpus.load(text, block_size=16)
     cfg = ModelConfig(
         vocab_size=corpus.vocab_size,
         block_size=16,
@@ -48,13 +50,11 @@ def test_target_methods_end_at_exactly_the_target(setup, method, sparsity):
     assert sum(result.heads_per_layer) == heads_to_keep(12, sparsity)
     assert min(result.heads_per_layer) >= 1
     assert result.sparsity == pytest.approx(1 - heads_to_keep(12, sparsity) / 12)
-    total, nonembed = count_parameters(
-        LanguageModel(
-            ModelConfig(
-                **{**setup.dense.model_config.to_dict(), "heads_per_layer": tuple(result.heads_per_layer)}
-            )
+    total, nonembed = LanguageModel(
+        ModelConfig(
+            **{**setup.dense.model_config.to_dict(), "heads_per_layer": tuple(result.heads_per_layer)}
         )
-    )
+    ).count_parameters()
     assert (result.n_params, result.n_params_nonembed) == (total, nonembed)
 
 
@@ -82,19 +82,23 @@ def test_frozen_weights_leave_the_model_alone_and_give_fine_tuning_every_step(se
     before = {k: v.clone() for k, v in model.state_dict().items()}
     hp = TrialHParams(method=method, sparsity=0.5, freeze_weights=True, gate_lr_mult=100.0)
     outcome = prune(
-        model, setup.corpus.train, hp, steps=12, batch_size=8, generator=torch.Generator().manual_seed(0)
+        PruneContext(
+            model, setup.corpus.train, hp, steps=12, batch_size=8, generator=torch.Generator().manual_seed(0)
+        )
     )
     assert outcome.trained_steps == 0
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert all(p.requires_grad for p in model.parameters())  # fine-tuning can train it again
     assert sum(len(k) for k in outcome.keep) == 6
     joint = prune(
-        model,
-        setup.corpus.train,
-        TrialHParams(method=method, sparsity=0.5),
-        steps=12,
-        batch_size=8,
-        generator=torch.Generator().manual_seed(0),
+        PruneContext(
+            model,
+            setup.corpus.train,
+            TrialHParams(method=method, sparsity=0.5),
+            steps=12,
+            batch_size=8,
+            generator=torch.Generator().manual_seed(0),
+        )
     )
     assert joint.trained_steps == 12
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
@@ -153,7 +157,7 @@ def test_iterative_importance_pruning_removes_the_least_important_first(setup):
     model = load_dense(setup.dense, torch.device("cpu"))
     hp = TrialHParams(method="importance", sparsity=1 / 12, importance_batches=2)  # one round, one head
     g = torch.Generator().manual_seed(5)
-    keep = prune(model, setup.corpus.train, hp, steps=0, batch_size=4, generator=g).keep
+    keep = prune(PruneContext(model, setup.corpus.train, hp, steps=0, batch_size=4, generator=g)).keep
     scores = head_importance(
         model,
         setup.corpus.train,

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from trainers.gates import mask_from_keep
-from trainers.model import LanguageModel, ModelConfig, count_parameters, prune_heads
+from trainers.model import LanguageModel, ModelConfig
 
 FAMILIES = ["gpt", "all_attention"]
 
@@ -25,7 +25,7 @@ def test_sliced_model_matches_masked_model(family):
     keep = [[0, 2], [3], [0, 1, 2, 3]]
     x = torch.randint(0, 20, (3, 16))
     masked, _ = model(x, mask_from_keep(keep, [4, 4, 4]))
-    sliced, _ = prune_heads(model, keep)(x)
+    sliced, _ = model.prune_heads(keep)(x)
     assert (masked - sliced).abs().max().item() < 1e-5
 
 
@@ -37,7 +37,7 @@ def test_head_scale_is_folded_into_the_projection(family):
     x = torch.randint(0, 20, (2, 16))
     gates = [m * s for m, s in zip(mask_from_keep(keep, [4, 4, 4]), scale)]
     masked, _ = model(x, gates)
-    sliced, _ = prune_heads(model, keep, head_scale=scale)(x)
+    sliced, _ = model.prune_heads(keep, head_scale=scale)(x)
     assert (masked - sliced).abs().max().item() < 1e-5
 
 
@@ -46,15 +46,15 @@ def test_a_layer_with_no_heads_left_still_runs_and_matches():
     keep = [[], [1], [2]]
     x = torch.randint(0, 20, (2, 16))
     masked, _ = model(x, mask_from_keep(keep, [4, 4, 4]))
-    sliced, _ = prune_heads(model, keep)(x)
+    sliced, _ = model.prune_heads(keep)(x)
     assert (masked - sliced).abs().max().item() < 1e-5
 
 
 def test_gpt_parameter_count_falls_by_each_heads_share():
     model = tiny("gpt")
-    total, nonembed = count_parameters(model)
+    total, nonembed = model.count_parameters()
     assert total - nonembed == 20 * 32 + 16 * 32  # token + position embeddings (head is tied)
-    pruned_total, _ = count_parameters(prune_heads(model, [[0], [0, 1], [0, 1, 2, 3]]))
+    pruned_total, _ = model.prune_heads([[0], [0, 1], [0, 1, 2, 3]]).count_parameters()
     d_head = 8
     per_head = 3 * (32 * d_head + d_head) + d_head * 32  # q,k,v rows and biases, W_O columns
     assert total - pruned_total == 5 * per_head
@@ -62,12 +62,12 @@ def test_gpt_parameter_count_falls_by_each_heads_share():
 
 def test_all_attention_nonembedding_parameters_are_proportional_to_heads_kept():
     model = tiny("all_attention")
-    _, dense = count_parameters(model)
+    _, dense = model.count_parameters()
     counts = {}
     for kept in (12, 6, 3):
         per_layer = [kept // 3] * 3
         keep = [list(range(n)) for n in per_layer]
-        _, counts[kept] = count_parameters(prune_heads(model, keep))
+        _, counts[kept] = model.prune_heads(keep).count_parameters()
     # Non-embedding = per-head parameters * heads + a fixed remainder (LayerNorms, W_O bias).
     fixed = dense - 12 * (dense - counts[6]) / 6
     for kept, n in counts.items():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from trainers.data import CharCorpus
+from trainers.data import Corpus
 from trainers.hparams import PretrainConfig
 from trainers.model import ModelConfig
 from trainers.pretrain import UntilConverged, ensure_dense_checkpoint
@@ -52,7 +52,7 @@ def test_the_step_cap_ends_it_when_no_plateau_comes():
 
 
 def test_a_shipped_checkpoint_is_used_instead_of_training(tmp_path, small_text, monkeypatch):
-    corpus = CharCorpus.load(small_text, block_size=16)
+    corpus = Corpus.load(small_text, block_size=16)
     model = ModelConfig(vocab_size=corpus.vocab_size, block_size=16, n_layer=1, n_head=2, d_model=16)
     pretrain = PretrainConfig(steps=6, batch_size=4, warmup_steps=1, until_converged=True, eval_every=2)
     built = ensure_dense_checkpoint(corpus, model, pretrain, tmp_path / "a", eval_tokens=64)

@@ -1,4 +1,5 @@
-"""Character-level corpora: a train/validation split, a vocabulary, random batches, a fixed eval slice."""
+"""Corpora: a train/validation split tokenized (trainers/tokenizers.py), random batches, a fixed
+evaluation slice and the bytes it covers (bits per byte compare across tokenizers)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-UNKNOWN = "\x00<unk>"  # id 0: validation characters never seen in training map here
+from trainers.tokenizers import Tokenizer, TokenizerError, build_tokenizer, byte_count, encode_cached
 
 
 class CorpusError(ValueError):
@@ -28,11 +29,13 @@ def _read_text(path: Path) -> str:
 
 
 @dataclass
-class CharCorpus:
+class Corpus:
+    """A text as token ids, split into training and validation, with the tokenizer that made them."""
+
     train: torch.Tensor  # int64 token ids
     val: torch.Tensor
-    vocab: list[str]  # vocab[0] is the unknown token
-    digest: str  # sha256 of the texts and split: names the dense checkpoint
+    tokenizer: Tokenizer
+    digest: str  # sha256 of the texts, split and tokenizer: names the dense checkpoint
 
     @classmethod
     def load(
@@ -43,8 +46,14 @@ class CharCorpus:
         train_path: str | Path | None = None,
         val_path: str | Path | None = None,
         block_size: int,
-    ) -> CharCorpus:
-        """One file split contiguously (the last ``val_fraction`` validates), or separate files."""
+        tokenizer: str = "char",
+        vocab_size: int = 1024,
+        model_path: str | Path | None = None,
+        cache_dir: str | Path | None = None,
+    ) -> Corpus:
+        """One file split contiguously (the last ``val_fraction`` validates), or separate files;
+        tokenized by ``tokenizer`` (trainers/tokenizers.py: "char", "bpe" trained on the training
+        split, "model": the one saved at ``model_path``), token ids cached under ``cache_dir``."""
         if train_path is not None and val_path is not None:
             train_text, val_text = _read_text(Path(train_path)), _read_text(Path(val_path))
             name = f"{train_path} / {val_path}"
@@ -54,29 +63,41 @@ class CharCorpus:
             train_text, val_text, name = text[:cut], text[cut:], str(path)
         else:
             raise CorpusError("no corpus given: set a path, or both train_path and val_path")
-        for split, part in (("training", train_text), ("validation", val_text)):
-            if len(part) < block_size + 1:
-                raise CorpusError(
-                    f"corpus {name}: the {split} text has {len(part)} characters, fewer than one "
-                    f"block ({block_size} + 1)"
-                )
-        vocab = [UNKNOWN, *sorted(set(train_text))]
-        index = {ch: i for i, ch in enumerate(vocab)}
         digest = hashlib.sha256()
         for part in (train_text, "\x1e", val_text):
             digest.update(part.encode("utf-8"))
-
-        def encode(text: str) -> torch.Tensor:
-            return torch.tensor([index.get(ch, 0) for ch in text], dtype=torch.long)
-
-        return cls(encode(train_text), encode(val_text), vocab, digest.hexdigest())
+        text_digest = digest.hexdigest()
+        try:
+            tok = build_tokenizer(
+                tokenizer, train_text, vocab_size=vocab_size, model_path=model_path, cache_dir=cache_dir
+            )
+        except TokenizerError as err:
+            raise CorpusError(str(err)) from None
+        splits = []
+        for split, part in (("training", train_text), ("validation", val_text)):
+            if cache_dir is None:
+                ids = torch.tensor(tok.encode(part), dtype=torch.long)
+            else:
+                part_digest = hashlib.sha256(f"{split}:{text_digest}".encode()).hexdigest()
+                ids = encode_cached(tok, part, cache_dir=cache_dir, text_digest=part_digest)
+            if len(ids) < block_size + 1:
+                raise CorpusError(
+                    f"corpus {name}: the {split} text has {len(ids)} tokens, fewer than one "
+                    f"block ({block_size} + 1)"
+                )
+            splits.append(ids)
+        # The character tokenizer keeps the digest of the texts alone: checkpoints made before
+        # there were other tokenizers keep their names.
+        if tok.kind != "char":
+            text_digest = hashlib.sha256(f"{text_digest}:{tok.digest}".encode()).hexdigest()
+        return cls(splits[0], splits[1], tok, text_digest)
 
     @property
     def vocab_size(self) -> int:
-        return len(self.vocab)
+        return self.tokenizer.vocab_size
 
     def decode(self, ids: list[int]) -> str:
-        return "".join("?" if i == 0 else self.vocab[i] for i in ids)
+        return self.tokenizer.decode(ids)
 
 
 def random_batch(
@@ -97,3 +118,9 @@ def eval_windows(tokens: torch.Tensor, block_size: int, max_tokens: int) -> tupl
     x = span[:-1].view(n_windows, block_size)
     y = span[1:].view(n_windows, block_size)
     return x, y
+
+
+def window_bytes(tokenizer: Tokenizer, windows: tuple[torch.Tensor, torch.Tensor]) -> int:
+    """The UTF-8 bytes of the text the evaluation slice predicts: the windows are contiguous, so
+    their targets in order are one span of the text."""
+    return byte_count(tokenizer, windows[1].flatten().tolist())

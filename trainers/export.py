@@ -1,14 +1,15 @@
-"""Every model on disk, dense or pruned, in one format, loadable without the study:
-safetensors weights, a JSON config and the vocabulary. Nothing here unpickles.
+"""Every model on disk, dense or pruned, of any family, in one format, loadable without the
+study: safetensors weights, the tokenizer's files and a JSON config. Nothing here unpickles.
 
     from trainers.export import load_model, generate
-    model, vocab = load_model("pruned/")
-    print(generate(model, vocab, "ROMEO:", 200))
+    model, tokenizer = load_model("pruned/")
+    print(generate(model, tokenizer, "ROMEO:", 200))
 
-Each file is written under a temporary name and renamed into place, the config last: it records
-the SHA-256 of the weights and the vocabulary, and ``load_model`` checks them. So a write cut
-short, a truncated copy or a flipped bit is a ``CorruptModel`` error naming the folder and the
-file, never a model with wrong weights.
+The weights are written under a temporary name and renamed into place, the config last: it
+records the SHA-256 of the weights and of every tokenizer file, and ``load_model`` checks them.
+So a write cut short, a truncated copy or a flipped bit is a ``CorruptModel`` error naming the
+folder and the file, never a model with wrong weights. (A Hugging Face family's trial can also be
+exported as a standard ``save_pretrained`` folder: trainers/hf.py.)
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from trainers.model import LanguageModel, ModelConfig
+from trainers.families import PrunableModel, build_model, config_from_dict
+from trainers.tokenizers import CharTokenizer, Tokenizer, load_tokenizer
 
-WEIGHTS, CONFIG, VOCAB = "model.safetensors", "config.json", "vocab.json"
+WEIGHTS, CONFIG = "model.safetensors", "config.json"
 
 
 class CorruptModel(ValueError):
@@ -51,20 +53,24 @@ def _replace(path: Path, write) -> None:
     os.replace(tmp, path)
 
 
-def save_model(model: LanguageModel, vocab: list[str], folder: str | Path, extra: dict | None = None) -> Path:
-    """Write ``model`` (its config and ``extra`` beside it in config.json) and ``vocab``."""
+def save_model(
+    model: PrunableModel, tokenizer: Tokenizer, folder: str | Path, extra: dict | None = None
+) -> Path:
+    """Write ``model`` (its config and ``extra`` beside it in config.json) and ``tokenizer``."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    # The output head shares the token embedding: store it once.
-    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k != "head.weight"}
+    state = model.saved_state()
     _replace(folder / WEIGHTS, lambda tmp: save_file(state, str(tmp)))
-    _replace(
-        folder / VOCAB, lambda tmp: tmp.write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    tokenizer.save(folder)
+    tokenizer_files = sorted(
+        path.name
+        for path in folder.iterdir()
+        if path.is_file() and not path.name.startswith(".") and path.name not in (WEIGHTS, CONFIG)
     )
     config = {
         "model": model.cfg.to_dict(),
         **(extra or {}),
-        "sha256": {name: _sha256(folder / name) for name in (WEIGHTS, VOCAB)},
+        "sha256": {name: _sha256(folder / name) for name in (WEIGHTS, *tokenizer_files)},
     }
     _replace(folder / CONFIG, lambda tmp: tmp.write_text(json.dumps(config, indent=2)))
     return folder
@@ -85,7 +91,7 @@ def read_config(folder: str | Path, verify: bool = True) -> dict:
     digests = config.get("sha256")
     if digests is None and not verify:
         return config
-    if not isinstance(digests, dict) or set(digests) != {WEIGHTS, VOCAB}:
+    if not isinstance(digests, dict) or WEIGHTS not in digests:
         raise UnverifiedModel(f"{folder / CONFIG} records no checksums (written before they were)")
     for name, expected in digests.items():
         if not (folder / name).is_file():
@@ -97,34 +103,44 @@ def read_config(folder: str | Path, verify: bool = True) -> dict:
 
 def load_model(
     folder: str | Path, device: str = "cpu", verify: bool = True
-) -> tuple[LanguageModel, list[str]]:
-    """The model and vocabulary in ``folder``, checked (``CorruptModel`` if anything is off)."""
+) -> tuple[PrunableModel, Tokenizer]:
+    """The model and tokenizer in ``folder``, checked (``CorruptModel`` if anything is off)."""
     folder = Path(folder)
     config = read_config(folder, verify)
     try:
-        model = LanguageModel(ModelConfig.from_dict(config["model"]))
-        state = load_file(str(folder / WEIGHTS))
-        state["head.weight"] = state["tok_emb.weight"]
-        model.load_state_dict(state)
-        vocab = json.loads((folder / VOCAB).read_text(encoding="utf-8"))
-    except (KeyError, TypeError, ValueError, RuntimeError) as err:  # checksums fine, content not ours
+        model = build_model(config_from_dict(config["model"]))
+        model.load_saved_state(load_file(str(folder / WEIGHTS)))
+        tokenizer = load_tokenizer(folder)
+    except (
+        KeyError,
+        TypeError,
+        ValueError,
+        RuntimeError,
+        OSError,
+    ) as err:  # checksums fine, content not ours
         raise CorruptModel(f"{folder}: not a model of this format ({err})") from None
-    return model.to(device).eval(), vocab
+    return model.to(device).eval(), tokenizer
 
 
 @torch.no_grad()
 def generate(
-    model: LanguageModel, vocab: list[str], prompt: str, n_chars: int, temperature: float = 0.8, seed: int = 0
+    model: PrunableModel,
+    tokenizer: Tokenizer,
+    prompt: str,
+    n_tokens: int,
+    temperature: float = 0.8,
+    seed: int = 0,
 ) -> str:
-    """Sample ``n_chars`` characters after ``prompt`` (characters outside the vocabulary are
-    read as the unknown token)."""
-    index = {ch: i for i, ch in enumerate(vocab)}
+    """Sample ``n_tokens`` tokens after ``prompt``. A character tokenizer never emits its unknown
+    token (id 0), which stands for characters the training text lacked."""
     device = next(model.parameters()).device
-    ids = torch.tensor([[index.get(ch, 0) for ch in prompt] or [0]], device=device)
+    prompt_ids = tokenizer.encode(prompt) or [0]
+    ids = torch.tensor([prompt_ids], device=device)
     generator = torch.Generator(device=device).manual_seed(seed)
-    for _ in range(n_chars):
+    for _ in range(n_tokens):
         logits, _ = model(ids[:, -model.cfg.block_size :])
-        probs = torch.softmax(logits[0, -1] / temperature, dim=-1)
-        probs[0] = 0.0  # never emit the unknown token
+        probs = torch.softmax(logits[0, -1].float() / temperature, dim=-1)
+        if isinstance(tokenizer, CharTokenizer):
+            probs[0] = 0.0
         ids = torch.cat([ids, torch.multinomial(probs, 1, generator=generator).view(1, 1)], dim=1)
-    return prompt + "".join(vocab[i] for i in ids[0, len(prompt) or 1 :].tolist())
+    return prompt + tokenizer.decode(ids[0, len(prompt_ids) :].tolist())

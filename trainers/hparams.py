@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 
+from trainers.pruning.registry import methods
 from trainers.schedules import SHAPES
 
-# "dense" removes nothing: the study's dense control, and a baseline a study may choose.
-METHODS = ("l0_target", "l0_penalty", "topk", "importance", "random", "dense")
-TARGET_METHODS = ("l0_target", "topk", "importance", "random")  # remove exactly `sparsity`
-GATE_METHODS = ("l0_target", "l0_penalty", "topk")  # train gates (and weights) while pruning
-HARD_CONCRETE = ("l0_target", "l0_penalty")
+# Derived from the registry of pruning methods (trainers/pruning/): a new method is one module
+# there. "dense" removes nothing: the study's dense control, and a baseline a study may choose.
+METHODS = tuple(methods())
+TARGET_METHODS = tuple(name for name, m in methods().items() if m.removes_target)  # remove exactly `sparsity`
+GATE_METHODS = tuple(name for name, m in methods().items() if m.trains_gates)  # train gates while pruning
+HARD_CONCRETE = tuple(name for name, m in methods().items() if m.hard_concrete)
 
 
 def bounded(default, low=None, high=None, *, high_open=False, kind=None, methods=None, doc=""):

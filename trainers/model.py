@@ -7,7 +7,7 @@ Two families share every piece but the block (methods.md section 2):
   context's keys and values before one softmax, so every non-embedding parameter belongs to a head.
 
 Every head's output can be multiplied by a gate before the heads are concatenated and projected
-(methods.md section 1). ``prune_heads`` removes heads physically: a layer may keep any number of
+(methods.md section 1). ``LanguageModel.prune_heads`` removes heads physically: a layer may keep any number of
 heads, so the config records the count per layer.
 """
 
@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-FAMILIES = ("gpt", "all_attention")
+BUILT_IN = ("gpt", "all_attention")  # the families of this file (trainers/families.py has all)
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,8 @@ class ModelConfig:
     heads_per_layer: tuple[int, ...] = field(default=())
 
     def __post_init__(self) -> None:
-        if self.family not in FAMILIES:
-            raise ValueError(f"model family must be one of {FAMILIES}, got {self.family!r}")
+        if self.family not in BUILT_IN:
+            raise ValueError(f"model family must be one of {BUILT_IN}, got {self.family!r}")
         if self.d_model % self.n_head:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_head ({self.n_head})")
         if self.heads_per_layer and len(self.heads_per_layer) != self.n_layer:
@@ -188,43 +188,47 @@ class LanguageModel(nn.Module):
         logits, _ = self(idx, head_gates)
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
+    def count_parameters(self) -> tuple[int, int]:
+        """(total, non-embedding) parameters; tied weights count once, embeddings are tokens +
+        positions."""
+        total = sum(p.numel() for p in self.parameters())
+        embedding = self.tok_emb.weight.numel() + self.pos_emb.weight.numel()
+        return total, total - embedding
 
-def count_parameters(model: LanguageModel) -> tuple[int, int]:
-    """(total, non-embedding) parameters; tied weights count once, embeddings are tokens + positions."""
-    total = sum(p.numel() for p in model.parameters())
-    embedding = model.tok_emb.weight.numel() + model.pos_emb.weight.numel()
-    return total, total - embedding
+    def saved_state(self) -> dict[str, torch.Tensor]:
+        """The weights to write to disk: the output head shares the token embedding, stored once."""
+        return {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items() if k != "head.weight"}
 
+    def load_saved_state(self, state: dict[str, torch.Tensor]) -> None:
+        self.load_state_dict({**state, "head.weight": state["tok_emb.weight"]})
 
-@torch.no_grad()
-def prune_heads(
-    model: LanguageModel, keep: list[list[int]], head_scale: list[float] | None = None
-) -> LanguageModel:
-    """A new model holding only the heads in ``keep`` (indices per layer), same outputs as the
-    masked model. ``head_scale`` folds a per-layer constant on the surviving heads (attention
-    output scaling) into the output projection."""
-    cfg = model.cfg
-    if len(keep) != cfg.n_layer:
-        raise ValueError(f"keep needs one list per layer ({cfg.n_layer}), got {len(keep)}")
-    pruned_cfg = replace(cfg, heads_per_layer=tuple(len(k) for k in keep))
-    pruned = LanguageModel(pruned_cfg).to(next(model.parameters()).device)
-    outside_attention = {k: v for k, v in model.state_dict().items() if ".attn." not in k}
-    pruned.load_state_dict(outside_attention, strict=False)  # attention is sliced below
-    d = cfg.d_head
-    for layer, (src, dst) in enumerate(zip(model.blocks, pruned.blocks)):
-        heads = sorted(keep[layer])
-        src_h, inner = src.attn.n_head, src.attn.n_head * d
-        if any(h < 0 or h >= src_h for h in heads) or len(set(heads)) != len(heads):
-            raise ValueError(f"layer {layer}: head indices {heads} are not distinct heads of {src_h}")
-        cols = torch.tensor([h * d + i for h in heads for i in range(d)], dtype=torch.long)
-        rows = torch.cat([cols + part * inner for part in range(3)])
-        dst.attn.qkv.weight.copy_(src.attn.qkv.weight[rows.to(src.attn.qkv.weight.device)])
-        dst.attn.qkv.bias.copy_(src.attn.qkv.bias[rows.to(src.attn.qkv.bias.device)])
-        scale = 1.0 if head_scale is None else head_scale[layer]
-        dst.attn.proj.weight.copy_(src.attn.proj.weight[:, cols.to(src.attn.proj.weight.device)] * scale)
-        dst.attn.proj.bias.copy_(src.attn.proj.bias)
-        if src.attn.persistent:
-            idx = torch.tensor(heads, dtype=torch.long, device=src.attn.persistent_k.device)
-            dst.attn.persistent_k.copy_(src.attn.persistent_k[idx])
-            dst.attn.persistent_v.copy_(src.attn.persistent_v[idx])
-    return pruned
+    @torch.no_grad()
+    def prune_heads(self, keep: list[list[int]], head_scale: list[float] | None = None) -> LanguageModel:
+        """A new model holding only the heads in ``keep`` (indices per layer), same outputs as the
+        masked model. ``head_scale`` folds a per-layer constant on the surviving heads (attention
+        output scaling) into the output projection."""
+        cfg = self.cfg
+        if len(keep) != cfg.n_layer:
+            raise ValueError(f"keep needs one list per layer ({cfg.n_layer}), got {len(keep)}")
+        pruned_cfg = replace(cfg, heads_per_layer=tuple(len(k) for k in keep))
+        pruned = LanguageModel(pruned_cfg).to(next(self.parameters()).device)
+        outside_attention = {k: v for k, v in self.state_dict().items() if ".attn." not in k}
+        pruned.load_state_dict(outside_attention, strict=False)  # attention is sliced below
+        d = cfg.d_head
+        for layer, (src, dst) in enumerate(zip(self.blocks, pruned.blocks)):
+            heads = sorted(keep[layer])
+            src_h, inner = src.attn.n_head, src.attn.n_head * d
+            if any(h < 0 or h >= src_h for h in heads) or len(set(heads)) != len(heads):
+                raise ValueError(f"layer {layer}: head indices {heads} are not distinct heads of {src_h}")
+            cols = torch.tensor([h * d + i for h in heads for i in range(d)], dtype=torch.long)
+            rows = torch.cat([cols + part * inner for part in range(3)])
+            dst.attn.qkv.weight.copy_(src.attn.qkv.weight[rows.to(src.attn.qkv.weight.device)])
+            dst.attn.qkv.bias.copy_(src.attn.qkv.bias[rows.to(src.attn.qkv.bias.device)])
+            scale = 1.0 if head_scale is None else head_scale[layer]
+            dst.attn.proj.weight.copy_(src.attn.proj.weight[:, cols.to(src.attn.proj.weight.device)] * scale)
+            dst.attn.proj.bias.copy_(src.attn.proj.bias)
+            if src.attn.persistent:
+                idx = torch.tensor(heads, dtype=torch.long, device=src.attn.persistent_k.device)
+                dst.attn.persistent_k.copy_(src.attn.persistent_k[idx])
+                dst.attn.persistent_v.copy_(src.attn.persistent_v[idx])
+        return pruned

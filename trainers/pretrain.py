@@ -12,27 +12,33 @@ from pathlib import Path
 
 import torch
 
-from trainers.data import CharCorpus, eval_windows
+from trainers.data import Corpus, eval_windows, window_bytes
 from trainers.export import CorruptModel, load_model, read_config, save_model
+from trainers.families import FamilyConfig, PrunableModel, build_model
 from trainers.hparams import PretrainConfig
-from trainers.model import LanguageModel, ModelConfig
+from trainers.tokenizers import bits_per_byte
 from trainers.training import Progress, fit, mean_loss, pick_device
 
 
 @dataclass(frozen=True)
 class DenseCheckpoint:
     path: Path  # the model's folder (trainers/export.py's format), absolute
-    model_config: ModelConfig
+    model_config: FamilyConfig
     val_perplexity: float
     seconds: float  # time the pretraining took when it ran
     reused: bool  # True when this call found it on disk
 
 
-def checkpoint_key(corpus_digest: str, model_cfg: ModelConfig, pretrain: PretrainConfig) -> str:
-    blob = json.dumps(
-        {"corpus": corpus_digest, "model": model_cfg.to_dict(), "pretrain": asdict(pretrain)},
-        sort_keys=True,
-    )
+def checkpoint_key(
+    corpus_digest: str, model_cfg: FamilyConfig, pretrain: PretrainConfig | None, source: str = ""
+) -> str:
+    """Names the cached dense model; ``source`` identifies the weights a pretrained model (a
+    user's folder) starts from, and is left out when empty so built-in keys stay as they were."""
+    named = {"corpus": corpus_digest, "model": model_cfg.to_dict()}
+    named["pretrain"] = asdict(pretrain) if pretrain is not None else None
+    if source:
+        named["source"] = source
+    blob = json.dumps(named, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -82,7 +88,7 @@ class UntilConverged:
 
 
 def _read_checkpoint(
-    folder: Path, model_cfg: ModelConfig, notice: Callable[[str], None]
+    folder: Path, model_cfg: FamilyConfig, notice: Callable[[str], None]
 ) -> DenseCheckpoint | None:
     """The checkpoint in ``folder``, if there is a sound one (checksums verified); its path
     absolute, since trial workers run in folders of Ray's. A corrupt one is reported and
@@ -98,9 +104,9 @@ def _read_checkpoint(
 
 
 def ensure_dense_checkpoint(
-    corpus: CharCorpus,
-    model_cfg: ModelConfig,
-    pretrain: PretrainConfig,
+    corpus: Corpus,
+    model_cfg: FamilyConfig,
+    pretrain: PretrainConfig | None,
     artifacts_dir: Path,
     *,
     eval_tokens: int,
@@ -108,23 +114,58 @@ def ensure_dense_checkpoint(
     progress: Progress | None = None,
     shipped_dir: Path | None = None,
     notice: Callable[[str], None] = lambda message: None,
+    initial: Callable[[], PrunableModel] | None = None,
+    source: str = "",
 ) -> DenseCheckpoint:
     """The cached dense model: under ``artifacts_dir``, else one shipped for this very key in
-    ``shipped_dir`` (the study file's ``checkpoints/``), else trained now and cached."""
-    key = checkpoint_key(corpus.digest, model_cfg, pretrain)
+    ``shipped_dir`` (the study file's ``checkpoints/``), else made now and cached: ``initial()``
+    (default: a fresh model of ``model_cfg``; a user's pretrained model, whose weights
+    ``source`` names) trained by ``pretrain``, or only scored when ``pretrain`` is None."""
+    key = checkpoint_key(corpus.digest, model_cfg, pretrain, source)
     folder = Path(artifacts_dir) / "dense" / key
     for candidate in (folder, Path(shipped_dir) / key if shipped_dir else None):
         found = candidate and _read_checkpoint(candidate, model_cfg, notice)
         if found:
             return found
 
-    torch.manual_seed(pretrain.seed)
-    model = LanguageModel(model_cfg).to(pick_device(device))
+    torch.manual_seed(pretrain.seed if pretrain else 0)
+    model = (initial or (lambda: build_model(model_cfg)))().to(pick_device(device))
     windows = eval_windows(corpus.val, model_cfg.block_size, eval_tokens)
     schedule = None
-    if pretrain.until_converged:
+    if pretrain is not None and pretrain.until_converged:
         schedule = UntilConverged(pretrain, lambda: mean_loss(model, windows))
     start = time.perf_counter()
+    if pretrain is not None:
+        _pretrain(model, corpus, pretrain, schedule, progress)
+    seconds = time.perf_counter() - start
+    nats = mean_loss(model, windows)
+    ppl = math.exp(nats)
+
+    meta = {
+        "val_perplexity": ppl,
+        "bits_per_byte": bits_per_byte(nats, windows[1].numel(), window_bytes(corpus.tokenizer, windows)),
+        "seconds": seconds,
+        "pretrain": asdict(pretrain) if pretrain is not None else None,
+        "corpus_digest": corpus.digest,
+        "source": source,
+    }
+    if schedule:
+        meta |= {
+            "converged_at": schedule.converged_at,
+            "steps_trained": schedule.total,
+            "curve": schedule.curve,  # (step, validation loss)
+        }
+    save_model(model, corpus.tokenizer, folder, extra=meta)  # checksummed, renamed into place
+    return DenseCheckpoint(folder.resolve(), model_cfg, ppl, seconds, reused=False)
+
+
+def _pretrain(
+    model: PrunableModel,
+    corpus: Corpus,
+    pretrain: PretrainConfig,
+    schedule: UntilConverged | None,
+    progress: Progress | None,
+) -> None:
     fit(
         model,
         corpus.train,
@@ -139,25 +180,8 @@ def ensure_dense_checkpoint(
         lr_at=schedule.lr_at if schedule else None,
         after_step=schedule.after_step if schedule else None,
     )
-    seconds = time.perf_counter() - start
-    ppl = math.exp(mean_loss(model, windows))
-
-    meta = {
-        "val_perplexity": ppl,
-        "seconds": seconds,
-        "pretrain": asdict(pretrain),
-        "corpus_digest": corpus.digest,
-    }
-    if schedule:
-        meta |= {
-            "converged_at": schedule.converged_at,
-            "steps_trained": schedule.total,
-            "curve": schedule.curve,  # (step, validation loss)
-        }
-    save_model(model, corpus.vocab, folder, extra=meta)  # checksummed, renamed into place
-    return DenseCheckpoint(folder.resolve(), model_cfg, ppl, seconds, reused=False)
 
 
-def load_dense(checkpoint: DenseCheckpoint, device: torch.device) -> LanguageModel:
+def load_dense(checkpoint: DenseCheckpoint, device: torch.device) -> PrunableModel:
     model, _ = load_model(checkpoint.path, device=str(device))
     return model.train()

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
 from trainers.data import random_batch
-from trainers.model import LanguageModel
 
 # progress(phase, step, total_steps, loss): called every few steps by long loops.
 Progress = Callable[[str, int, int, float], None]
@@ -21,6 +20,13 @@ def pick_device(name: str = "auto") -> torch.device:
     return torch.device(name)
 
 
+def autocast(device: torch.device):
+    """bf16 autocast on a GPU that supports it (weights and optimizer stay fp32), nothing on CPU:
+    CPU bf16 matmuls are slower than fp32 on most machines."""
+    enabled = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)
+
+
 def cosine_lr(step: int, total: int, peak: float, warmup: int) -> float:
     """Linear warm-up to ``peak``, cosine decay to a tenth of it."""
     if step < warmup:
@@ -29,8 +35,18 @@ def cosine_lr(step: int, total: int, peak: float, warmup: int) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, k))))
 
 
+def weight_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW's parameter groups as nanoGPT has them: matrices (linear weights, embeddings) decay,
+    vectors (biases, norms' gains, gates) do not: decaying a gain pulls a layer's scale to zero."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+
+
 def fit(
-    model: LanguageModel,
+    model: torch.nn.Module,
     tokens: torch.Tensor,
     *,
     steps: int,
@@ -40,44 +56,72 @@ def fit(
     warmup_steps: int = 0,
     weight_decay: float = 0.01,
     loss_fn: Callable | None = None,
+    objective: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    train_weights: bool = True,
+    extra_optimizers: Sequence[torch.optim.Optimizer] = (),
     progress: Progress | None = None,
     phase: str = "train",
     lr_at: Callable[[int], float] | None = None,
     after_step: Callable[[int], bool] | None = None,
 ) -> float:
-    """Language-model training (``loss_fn(model, x, y, gates)``, default cross-entropy); returns
-    the last loss. The learning rate follows ``lr_at(step)`` (default: warm-up and cosine decay
-    over ``steps``). ``after_step(steps_done)`` runs after every step (evaluations, reports to the
-    scheduler) and ends the training early by returning True."""
+    """The one training loop: pretraining, gate training and fine-tuning all run here.
+
+    Each step draws a random batch and minimises ``objective(step, x, y)`` (default
+    ``loss_fn(model, x, y, None)``, default cross-entropy). The weights are trained by AdamW
+    (``weight_groups``) at ``lr_at(step)`` (default: warm-up and cosine decay over ``steps``);
+    with ``train_weights=False`` they are frozen and only ``extra_optimizers`` (a pruning
+    method's gates) learn. ``after_step(steps_done)`` runs after every step (evaluations,
+    reports to the scheduler) and ends the training early by returning True. Returns the last
+    loss."""
     device = next(model.parameters()).device
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=weight_decay)
+    if objective is None:
+        loss_fn = loss_fn or (lambda m, x, y, gates: m.loss(x, y, gates))
+        objective = lambda step, x, y: loss_fn(model, x, y, None)  # noqa: E731
+    optimizers = list(extra_optimizers)
+    weights_opt = None
+    if train_weights:
+        model.train()
+        weights_opt = torch.optim.AdamW(weight_groups(model, weight_decay), lr=lr, betas=(0.9, 0.99))
+        optimizers.append(weights_opt)
+    else:
+        model.eval().requires_grad_(False)  # judged as it is: no dropout, no weight gradients
     lr_at = lr_at or (lambda step: cosine_lr(step, steps, lr, warmup_steps))
-    model.train()
     loss_value = float("nan")
-    for step in range(steps):
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step)
-        x, y = random_batch(tokens, batch_size, model.cfg.block_size, generator)
-        x, y = x.to(device), y.to(device)
-        loss = loss_fn(model, x, y, None) if loss_fn else model.loss(x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        loss_value = loss.item()
-        if progress and (step % 50 == 0 or step == steps - 1):
-            progress(phase, step + 1, steps, loss_value)
-        if after_step is not None:
-            stop = after_step(step + 1)
-            model.train()  # the hook may have evaluated the model
-            if stop:
-                break
+    try:
+        for step in range(steps):
+            if weights_opt is not None:
+                for group in weights_opt.param_groups:
+                    group["lr"] = lr_at(step)
+            x, y = random_batch(tokens, batch_size, model.cfg.block_size, generator)
+            with autocast(device):
+                loss = objective(step, x.to(device), y.to(device))
+            loss_value = loss.item()
+            if loss.requires_grad:  # frozen weights and gates held open: nothing to learn yet
+                for opt in optimizers:
+                    opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if weights_opt is not None:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                for opt in optimizers:
+                    opt.step()
+            if progress and (step % 50 == 0 or step == steps - 1):
+                progress(phase, step + 1, steps, loss_value)
+            if after_step is not None:
+                stop = after_step(step + 1)
+                if train_weights:
+                    model.train()  # the hook may have evaluated the model
+                if stop:
+                    break
+    finally:
+        if not train_weights:
+            model.requires_grad_(True)
+        model.train()
     return loss_value
 
 
 @torch.no_grad()
 def mean_loss(
-    model: LanguageModel,
+    model: torch.nn.Module,
     windows: tuple[torch.Tensor, torch.Tensor],
     head_gates: list[torch.Tensor] | None = None,
     batch_size: int = 64,
@@ -89,14 +133,17 @@ def mean_loss(
     total, count = 0.0, 0
     for i in range(0, len(x_all), batch_size):
         x, y = x_all[i : i + batch_size].to(device), y_all[i : i + batch_size].to(device)
-        logits, _ = model(x, head_gates)
-        total += torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum").item()
+        with autocast(device):
+            logits, _ = model(x, head_gates)
+        total += torch.nn.functional.cross_entropy(
+            logits.float().flatten(0, 1), y.flatten(), reduction="sum"
+        ).item()
         count += y.numel()
     return total / count
 
 
 @torch.no_grad()
-def tokens_per_second(model: LanguageModel, x: torch.Tensor, repeats: int = 3) -> float:
+def tokens_per_second(model: torch.nn.Module, x: torch.Tensor, repeats: int = 3) -> float:
     """Inference throughput on one batch of windows: the median of a few timed forwards."""
     device = next(model.parameters()).device
     model.eval()

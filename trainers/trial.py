@@ -14,13 +14,14 @@ from pathlib import Path
 
 import torch
 
-from trainers.data import CharCorpus, eval_windows
+from trainers.data import Corpus, eval_windows, window_bytes
+from trainers.distillation import PeerDistillation
 from trainers.export import CorruptModel, load_model, read_config, save_model
 from trainers.gates import check_reachable
 from trainers.hparams import TARGET_METHODS, TrialBudget, TrialHParams
-from trainers.methods import PeerDistillation, PruneOutcome, plain_loss, prune
-from trainers.model import count_parameters, prune_heads
 from trainers.pretrain import DenseCheckpoint, load_dense
+from trainers.pruning import PruneContext, PruneOutcome, plain_loss, prune
+from trainers.tokenizers import bits_per_byte
 from trainers.training import Progress, fit, mean_loss, pick_device, tokens_per_second
 
 
@@ -28,7 +29,7 @@ from trainers.training import Progress, fit, mean_loss, pick_device, tokens_per_
 class TrialSetup:
     """What every trial of a study shares."""
 
-    corpus: CharCorpus
+    corpus: Corpus
     dense: DenseCheckpoint
     budget: TrialBudget
     seed: int = 0
@@ -49,7 +50,7 @@ class RungReport:
 
 @dataclass
 class TrialResult:
-    val_perplexity: float
+    val_perplexity: float  # per token of the study's tokenizer
     n_params: int  # of the physically pruned model
     n_params_nonembed: int
     sparsity: float  # achieved: heads removed / heads
@@ -63,6 +64,8 @@ class TrialResult:
     # compute count, since wall time depends on what else the machine runs. On a GPU it leaves
     # out the device's time.
     cpu_seconds: float = 0.0
+    # The validation text's bits per byte: unlike perplexity, comparable across tokenizers.
+    bits_per_byte: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -141,7 +144,7 @@ def run_trial(
         seconds["prune_resumed"] = 1.0
     else:
         start = time.perf_counter()
-        outcome = prune(
+        context = PruneContext(
             model,
             setup.corpus.train,
             hp,
@@ -151,7 +154,8 @@ def run_trial(
             loss_fn=loss_fn,
             progress=progress,
         )
-        model = prune_heads(model, outcome.keep, outcome.head_scale)
+        outcome = prune(context)
+        model = model.prune_heads(outcome.keep, outcome.head_scale)
         seconds["prune"] = time.perf_counter() - start
     if save_dir is not None:  # a resumed trial keeps one too: a retry of the retry resumes from it
         meta = {
@@ -162,13 +166,13 @@ def run_trial(
             "prune_seconds": seconds["prune"],
             "generator_state": generator.get_state().tolist(),
         }
-        save_model(model, setup.corpus.vocab, Path(save_dir) / AFTER_PRUNE, extra=meta)
+        save_model(model, setup.corpus.tokenizer, Path(save_dir) / AFTER_PRUNE, extra=meta)
 
     start = time.perf_counter()
     # Methods that trained no weights while pruning get those steps here: equal budgets for all.
     steps = budget.finetune_steps + budget.prune_steps - outcome.trained_steps
     windows = eval_windows(setup.corpus.val, cfg.block_size, budget.eval_tokens)
-    total, nonembed = count_parameters(model)  # fixed once the heads are removed
+    total, nonembed = model.count_parameters()  # fixed once the heads are removed
     curve: list[list[float]] = []
     rung_at: dict[int, int] = {}  # fine-tuning step -> rung (two rungs on one step: the first)
     for rung, fraction in enumerate(rungs):
@@ -199,17 +203,23 @@ def run_trial(
     seconds["finetune"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    ppl = math.exp(mean_loss(model, windows))
+    nats = mean_loss(model, windows)
+    ppl = math.exp(nats)
+    bpb = bits_per_byte(nats, windows[1].numel(), window_bytes(setup.corpus.tokenizer, windows))
     speed = tokens_per_second(model, windows[0][: budget.batch_size])
     seconds["eval"] = time.perf_counter() - start
 
     if save_dir is not None:
         save_model(
-            model, setup.corpus.vocab, save_dir, extra={"hparams": hp.to_dict(), "val_perplexity": ppl}
+            model,
+            setup.corpus.tokenizer,
+            save_dir,
+            extra={"hparams": hp.to_dict(), "val_perplexity": ppl, "bits_per_byte": bpb},
         )
     n_kept = sum(len(k) for k in outcome.keep)
     return TrialResult(
         val_perplexity=ppl,
+        bits_per_byte=bpb,
         n_params=total,
         n_params_nonembed=nonembed,
         sparsity=1.0 - n_kept / sum(heads),

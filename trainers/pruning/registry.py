@@ -1,0 +1,108 @@
+"""The registry of pruning methods: one entry per method, each declared in its own module.
+
+A method is a function from a ``PruneContext`` (the dense model, the training tokens, the
+trial's hyperparameters and budget) to a ``PruneOutcome`` (the heads to keep per layer), plus
+the flags the rest of the project reads: whether it removes exactly the target sparsity, whether
+it trains gates (and so has gate knobs to search). ``trainers.hparams.METHODS`` and the search
+space are derived from here, so a new method is one module in ``trainers/pruning/`` that calls
+``register`` (modules here are imported on first use), plus its test.
+
+Modules in this package must not import ``trainers.hparams`` at run time (it imports this
+registry): the hyperparameters arrive as an object, their type is for readers only.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from trainers.hparams import TrialHParams
+    from trainers.training import Progress
+
+# loss(model, inputs, targets, head_gates) -> scalar
+LossFn = Callable[[Any, torch.Tensor, torch.Tensor, "list[torch.Tensor] | None"], torch.Tensor]
+
+
+def plain_loss(model, x: torch.Tensor, y: torch.Tensor, gates=None) -> torch.Tensor:
+    return model.loss(x, y, gates)
+
+
+@dataclass
+class PruneContext:
+    """What a method may use to choose heads."""
+
+    model: Any  # the dense model (trainers/model.py's or trainers/hf.py's), trained in place by gate methods
+    tokens: torch.Tensor  # the training split's token ids
+    hp: TrialHParams
+    steps: int  # the pruning phase's budget of steps
+    batch_size: int
+    generator: torch.Generator  # every trial draws the same batches
+    loss_fn: LossFn = plain_loss  # cross-entropy, or with peer distillation
+    progress: Progress | None = None
+
+    @property
+    def heads(self) -> list[int]:
+        return list(self.model.cfg.layer_heads)
+
+
+@dataclass
+class PruneOutcome:
+    keep: list[list[int]]  # head indices kept per layer
+    head_scale: list[float] | None  # attention output scaling to fold into W_O, or None
+    trained_steps: int  # weight-training steps spent while pruning
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    choose: Callable[[PruneContext], PruneOutcome]
+    removes_target: bool  # keeps exactly round((1 - sparsity) x heads): `sparsity` is searched for it
+    trains_gates: bool = False  # gate knobs (lr multiplier, schedule, freezing) apply to it
+    hard_concrete: bool = False  # hard-concrete gate knobs (init, beta) apply to it
+    doc: str = ""
+
+
+_REGISTRY: dict[str, Method] = {}
+_ORDER = ("l0_target", "l0_penalty", "topk", "importance", "random", "dense")  # how they are listed
+
+
+def register(method: Method) -> Method:
+    if method.name in _REGISTRY:
+        raise ValueError(f"pruning method {method.name!r} is registered twice")
+    _REGISTRY[method.name] = method
+    return method
+
+
+def _discover() -> None:
+    """Import every module of this package once: each registers its methods."""
+    if _REGISTRY:
+        return
+    package = importlib.import_module("trainers.pruning")
+    for module in pkgutil.iter_modules(package.__path__):
+        if module.name != "registry":
+            importlib.import_module(f"trainers.pruning.{module.name}")
+
+
+def methods() -> dict[str, Method]:
+    """Every registered method, the built-in ones first in their usual order."""
+    _discover()
+    known = [name for name in _ORDER if name in _REGISTRY]
+    return {name: _REGISTRY[name] for name in [*known, *sorted(set(_REGISTRY) - set(known))]}
+
+
+def method(name: str) -> Method:
+    found = methods().get(name)
+    if found is None:
+        raise ValueError(f"unknown pruning method {name!r}; choose one of {tuple(methods())}")
+    return found
+
+
+def prune(context: PruneContext) -> PruneOutcome:
+    """The heads ``context.hp.method`` keeps."""
+    return method(context.hp.method).choose(context)
