@@ -267,8 +267,11 @@ def architecture_config(
 
 
 def config_dict(config: PretrainedConfig) -> dict:
-    """A transformers config as the JSON dict ``HFModelConfig.hf_config`` holds."""
-    return json.loads(config.to_json_string(use_diff=False))
+    """A transformers config as the JSON dict ``HFModelConfig.hf_config`` holds, less where it was
+    read from and by which transformers: the same model's config is then the same on every machine
+    (a study's cached checkpoint is named after it)."""
+    config = json.loads(config.to_json_string(use_diff=False))
+    return {k: v for k, v in config.items() if k not in ("_name_or_path", "transformers_version")}
 
 
 def _local_folder(path_or_name: str | Path) -> Path:
