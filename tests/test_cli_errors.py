@@ -71,6 +71,45 @@ CASES = {
         ["cannot connect to database", "127.0.0.1:1"],
     ),
     "malformed database url": (None, ["--storage", "not a url"], ["malformed database URL"]),
+    # The hf family (trainers/hf.py): each key where it belongs, a model that is on this machine.
+    "hf without a model": (
+        {"[model]\n": '[model]\nfamily = "hf"\n'},
+        [],
+        ["[model]", "path", "architecture"],
+    ),
+    "hf path and sizes": (
+        None,
+        ["--set", "model.family=hf", "--set", "model.path=m"],
+        ["[model] n_layer", "has its own sizes"],
+    ),
+    "hf model not on this machine": (
+        {
+            "[model]\nn_layer = 2\nn_head = 4\nd_model = 32\n": '[model]\nfamily = "hf"\npath = "someone/absent-model"\n'
+        },
+        [],
+        ["someone/absent-model", "hf download someone/absent-model"],
+    ),
+    "kv heads do not divide heads": (
+        None,
+        ["--set", "model.family=hf", "--set", "model.architecture=llama", "--set", "model.n_kv_head=3"],
+        ["n_head 4", "n_kv_head 3"],
+    ),
+    "grouped-query attention outside llama": (
+        None,
+        ["--set", "model.family=hf", "--set", "model.architecture=gpt2", "--set", "model.n_kv_head=2"],
+        ["n_kv_head", "llama"],
+    ),
+    "hf key on a built-in family": (
+        None,
+        ["--set", "model.architecture=llama"],
+        ["architecture", "'hf' only"],
+    ),
+    "model tokenizer without a model": (
+        None,
+        ["--set", "corpus.tokenizer=model"],
+        ["tokenizer = 'model'", "path"],
+    ),
+    "unknown tokenizer": (None, ["--set", "corpus.tokenizer=words"], ["[corpus] tokenizer", "'words'"]),
 }
 
 

@@ -15,6 +15,7 @@ from optuna.trial import TrialState
 
 import trainers
 from orchestrator.storage import open_store, read_frontier
+from trainers.data import Corpus, eval_windows
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +27,8 @@ SMALL_TRIALS = [
 
 def write_users_model(folder):
     """A tiny GPT-2 and a BPE tokenizer, saved the way a user's model is: save_pretrained."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers as bpe_trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import trainers as bpe_trainers
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
     bpe = Tokenizer(models.BPE())
@@ -63,12 +65,17 @@ def check_front(store, study, frame) -> None:
 def test_a_users_model_folder_with_its_own_tokenizer(tmp_path):
     write_users_model(tmp_path / "my-model")
     store, study, frame = run_study(
-        tmp_path, "own_model.toml", "--set", f"model.path={tmp_path / 'my-model'}", "--set", "model.block_size=32"
+        tmp_path,
+        "own_model.toml",
+        "--set",
+        f"model.path={tmp_path / 'my-model'}",
+        "--set",
+        "model.block_size=32",
     )
     check_front(store, study, frame)
     assert study.get_trials()[0].user_attrs["dense_control"]
     # The exported folder is a standard Hugging Face one: a transformers model, pruned shapes.
-    best = min(study.get_trials(states=(TrialState.COMPLETE,)), key=lambda t: t.user_attrs["sparsity"] * -1)
+    best = max(study.get_trials(states=(TrialState.COMPLETE,)), key=lambda t: t.user_attrs["sparsity"])
     out = tmp_path / "export"
     exported = launch(
         "export-model", "--storage", f"sqlite:///{tmp_path}/hf.db", "--study-name", "own_model",
@@ -78,6 +85,13 @@ def test_a_users_model_folder_with_its_own_tokenizer(tmp_path):
     model, tokenizer = trainers.load_pruned(out)
     assert type(model).__name__ == "GPT2LMHeadModel"
     assert model.config.headprune_heads_per_layer == best.user_attrs["heads_per_layer"]
+    # ...that scores the trial's recorded perplexity on the study's evaluation slice.
+    corpus = Corpus.load(CORPUS, block_size=32, tokenizer="model", model_path=tmp_path / "my-model")
+    x, y = eval_windows(corpus.val, 32, 1024)
+    with torch.no_grad():
+        logits = model(input_ids=x).logits
+    ppl = math.exp(torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten()).item())
+    assert ppl == pytest.approx(best.values[0], rel=1e-4)
     ids = tokenizer("ROMEO:", return_tensors="pt").input_ids
     text = tokenizer.decode(model.generate(ids, max_new_tokens=8, do_sample=False)[0])
     assert text.startswith("ROMEO:") and len(text) > len("ROMEO:")
