@@ -7,14 +7,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainers.tokenizers import KINDS
-
 from orchestrator.errors import UserError, closest
 from orchestrator.preflight import check_study_name
 from orchestrator.search_space import SearchSpace, check_value
 from trainers.families import FAMILIES
 from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams, bounded, choice, field_specs
+from trainers.tokenizers import KINDS
 
+# Optuna samplers a study may use (orchestrator/runner.py builds them): TPE per parameter, TPE
+# modelling the parameters jointly (grouped by the method's define-by-run branch), NSGA-II, and the
+# Gaussian-process sampler (log expected hypervolume improvement).
+SAMPLERS = ("tpe", "tpe_multivariate", "nsga2", "gp")
 HF_ARCHITECTURES = ("gpt2", "gpt_neox", "llama")  # trainers/hf.py builds these from sizes
 MODEL_SPECS: dict[str, dict] = {
     "family": {"type": str, "default": "gpt", "choices": tuple(FAMILIES)},
@@ -49,6 +52,7 @@ class StudySettings:
     startup_trials: int = bounded(
         0, 0, doc="trials spread over sparsity before the sampler models the results (0: min(10, n/2 + 1))"
     )
+    sampler: str = choice("tpe", SAMPLERS, doc="how Optuna chooses after the start-up (README: the sampler)")
 
 
 @dataclass(frozen=True)

@@ -153,6 +153,10 @@ def prepare_inputs(cfg: StudyConfig, cache_dir: Path | None = None) -> tuple[Cor
             f"({corpus.vocab_size}): use [corpus] tokenizer = 'model'"
         )
     cfg.search.check_reachable(f"{cfg.source}: [search]", list(model_cfg.layer_heads))
+    if min(cfg.search.entries["min_heads_per_layer"].values()) < 1:
+        raise UserError(
+            f"{cfg.source}: [search] min_heads_per_layer: the hf family keeps at least 1 head a layer"
+        )
     return corpus, model_cfg
 
 
@@ -197,9 +201,23 @@ def _sampler(cfg: StudyConfig, opts: RunOptions, store: StudyStore) -> optuna.sa
     if study_exists(store, opts.study_name):
         study_id = store.storage.get_study_id_from_name(opts.study_name)
         asked = len(store.storage.get_all_trials(study_id, deepcopy=False))
-    return optuna.samplers.TPESampler(
-        seed=cfg.study.seed + asked, n_startup_trials=startup_trials(cfg, opts.n_trials)
+    return make_sampler(
+        cfg.study.sampler, seed=cfg.study.seed + asked, startup=startup_trials(cfg, opts.n_trials)
     )
+
+
+def make_sampler(kind: str, *, seed: int, startup: int) -> optuna.samplers.BaseSampler:
+    """``[study] sampler``. The start-up spread is enqueued trials, the same for every sampler;
+    ``startup`` tells the sampler how many to see before it models the results (NSGA-II: its
+    population, so its first generation is the spread)."""
+    samplers = optuna.samplers
+    if kind == "tpe_multivariate":
+        return samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True, group=True)
+    if kind == "nsga2":
+        return samplers.NSGAIISampler(seed=seed, population_size=max(2, startup))
+    if kind == "gp":
+        return samplers.GPSampler(seed=seed, n_startup_trials=startup, warn_independent_sampling=False)
+    return samplers.TPESampler(seed=seed, n_startup_trials=startup)
 
 
 def startup_trials(cfg: StudyConfig, n_trials: int) -> int:

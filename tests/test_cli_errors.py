@@ -30,6 +30,7 @@ def assert_user_error(run, *fragments: str) -> None:
     assert "Traceback" not in run.stderr
 
 
+USERS_MODEL_ABSENT = '[model]\nfamily = "hf"\npath = "someone/absent-model"\n'
 CASES = {
     "missing study file": (None, [], ["study file not found", "nope.toml"]),
     "bad flag value": (None, ["--n-trials", "many"], ["--n-trials", "'many'"]),
@@ -83,9 +84,7 @@ CASES = {
         ["[model] n_layer", "has its own sizes"],
     ),
     "hf model not on this machine": (
-        {
-            "[model]\nn_layer = 2\nn_head = 4\nd_model = 32\n": '[model]\nfamily = "hf"\npath = "someone/absent-model"\n'
-        },
+        {"[model]\nn_layer = 2\nn_head = 4\nd_model = 32\n": USERS_MODEL_ABSENT},
         [],
         ["someone/absent-model", "hf download someone/absent-model"],
     ),
@@ -98,6 +97,18 @@ CASES = {
         None,
         ["--set", "model.family=hf", "--set", "model.architecture=gpt2", "--set", "model.n_kv_head=2"],
         ["n_kv_head", "llama"],
+    ),
+    "hf layer without heads": (
+        None,
+        [
+            "--set",
+            "model.family=hf",
+            "--set",
+            "model.architecture=gpt2",
+            "--set",
+            "search.min_heads_per_layer=0",
+        ],
+        ["min_heads_per_layer", "at least 1 head"],
     ),
     "hf key on a built-in family": (
         None,

@@ -20,6 +20,7 @@ from helpers import (
     CORPUS,
     LAUNCH_STUDY,
     SMOKE,
+    cli_in_process,
     expected_front,
     free_port,
     frontier_triples,
@@ -173,8 +174,9 @@ def smoke_url(smoke) -> str:
 
 
 def on_smoke(smoke, command: str, *args: str, cwd):
-    """``launch-study COMMAND --storage <smoke db> --study-name smoke ARGS``."""
-    return launch(command, "--storage", smoke_url(smoke), "--study-name", "smoke", *args, cwd=cwd)
+    """``launch-study COMMAND --storage <smoke db> --study-name smoke ARGS``, in this process (the
+    console script itself runs in the tests above and in test_cli_errors)."""
+    return cli_in_process(command, "--storage", smoke_url(smoke), "--study-name", "smoke", *args, cwd=cwd)
 
 
 def test_json_export_equals_the_frontier_table(smoke, tmp_path):

@@ -151,6 +151,7 @@ def test_driver_killed_then_the_same_command_again(point, backend, study_db, tmp
     time.sleep(2.2)  # the dead driver's lease expires
     again = launch("run", str(SMOKE), "--storage", url, "--study-name", name, *SLOWER, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
+    assert "took over the study from" in again.stderr  # the killed driver's lease, said so
     check_invariants(url, name, done_before)
     assert leftover_ray_processes(before) == {}
 
@@ -179,35 +180,12 @@ def test_a_worker_killed_mid_trial_is_retried_and_the_study_completes(tmp_path):
     assert any(t.user_attrs.get("worker_retries", 0) >= 1 for t in study.get_trials())
 
 
-def test_a_second_driver_refuses_until_the_first_ones_lease_expires(tmp_path):
-    url, name = f"sqlite:///{tmp_path}/runs/two.db", "two"
-    before = ray_processes()
-    first, log = start(url, name, tmp_path)
-    try:
-        wait_for(log, r"dense model:", first)
-        second = launch("run", str(SMOKE), "--storage", url, "--study-name", name, *SLOWER, cwd=tmp_path)
-        assert second.returncode == 2
-        assert "being run by another driver" in second.stderr
-        first.send_signal(signal.SIGKILL)
-        first.wait()
-    finally:
-        kill_new_ray_processes(before)
-    time.sleep(2.2)
-    third = launch("run", str(SMOKE), "--storage", url, "--study-name", name, *SLOWER, cwd=tmp_path)
-    assert third.returncode == 0, third.stderr[-3000:]
-    assert "took over the study" in third.stderr
-    assert (
-        len(optuna.load_study(study_name=name, storage=url).get_trials(states=(TrialState.COMPLETE,)))
-        == N_TRIALS
-    )
-
-
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_mid_trial_stops_cleanly_and_the_same_command_finishes(signum, tmp_path):
     """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or SIGTERM (to the
     driver alone, as `kill` or a scheduler sends it) mid-trial: exit 130 / 143 with how to
     resume, nothing left RUNNING, no Ray process left, no CSV; the same command then ends with
-    exactly the asked trials."""
+    exactly the asked trials (run after SIGINT only: what is left in the database is the same)."""
     url, name = f"sqlite:///{tmp_path}/runs/sig.db", "sig"
     before = ray_processes()
     proc, log = start(url, name, tmp_path, "--set", "trial.finetune_steps=400")
@@ -232,6 +210,8 @@ def test_a_signal_mid_trial_stops_cleanly_and_the_same_command_finishes(signum, 
     states = [t.state for t in study.get_trials()]
     assert TrialState.RUNNING not in states and TrialState.FAIL in states
     assert not (tmp_path / "runs" / f"{name}_pareto.csv").exists()
+    if signum == signal.SIGTERM:
+        return
     done_before = completed(url, name)
     again = launch("run", str(SMOKE), "--storage", url, "--study-name", name, *SLOWER, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]

@@ -1,0 +1,81 @@
+"""What a trial of a GPT-2-small-sized model (124M parameters) costs on this machine.
+
+    python -m bench.hf_trial_time [--steps 3] [--batch 8] [--block 128]
+
+Times the steps a trial is made of, on a GPT-2 of GPT-2 small's sizes (12 layers, 12 heads,
+d_model 768, 50,257 tokens) built from a config (no download): a gated training step (what gate
+methods do while pruning), a plain training step (fine-tuning) and a scoring forward, each the
+median of ``--steps`` after one warm-up. The trial of ``studies/own_model.toml`` (50 gate steps,
+100 fine-tuning steps, 16,384 tokens scored, batch 8 x 128) is extrapolated from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from bench.common import print_json, print_table
+from trainers.hf import HFLanguageModel
+from trainers.training import weight_groups
+
+
+def median_step(fn, steps: int) -> float:
+    fn()  # warm-up: allocations, the optimizer's state
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--block", type=int, default=128)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    model = HFLanguageModel.from_architecture(
+        "gpt2", vocab_size=50257, n_layer=12, n_head=12, d_model=768, block_size=args.block
+    )
+    params = model.count_parameters()[0]
+    x = torch.randint(0, 50257, (args.batch, args.block))
+    opt = torch.optim.AdamW(weight_groups(model, 0.01), lr=1e-4)
+    gates = [torch.ones(12, requires_grad=True) for _ in range(12)]
+
+    def train_step(head_gates=None) -> None:
+        loss = model.loss(x, x, head_gates)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    def score() -> None:
+        with torch.no_grad():
+            model(x)
+
+    model.train()
+    gated = median_step(lambda: train_step(gates), args.steps)
+    plain = median_step(train_step, args.steps)
+    model.eval()
+    forward = median_step(score, args.steps)
+    tokens = args.batch * args.block
+    trial = 50 * gated + 100 * plain + (16384 / tokens) * forward
+    rows = [
+        ["gated training step", f"{gated:.2f} s", f"{tokens / gated:,.0f}"],
+        ["training step", f"{plain:.2f} s", f"{tokens / plain:,.0f}"],
+        ["scoring forward", f"{forward:.2f} s", f"{tokens / forward:,.0f}"],
+        ["own_model.toml trial (50 + 100 steps, 16k tokens scored)", f"{trial / 60:.1f} min", ""],
+    ]
+    title = f"GPT-2 small sizes ({params / 1e6:.0f}M parameters), batch {args.batch} x {args.block}"
+    print_table(f"{title}, torch threads {torch.get_num_threads()}", ["what", "time", "tokens/s"], rows)
+    print_json(
+        "hf_trial_time",
+        {"params": params, "gated_step_s": gated, "step_s": plain, "forward_s": forward, "trial_s": trial},
+    )
+
+
+if __name__ == "__main__":
+    main()
