@@ -42,6 +42,7 @@ class StudyStatus:
     elapsed_s: float = 0.0
     remaining_s: float | None = None
     dense_checkpoint_ppl: float | None = None  # the pretrained model's own, before any trial
+    dense_checkpoint_bpb: float | None = None
     stopped_early: int = 0  # PRUNED trials
     saved_steps: int = 0  # fine-tuning steps the stopped trials did not take
     stopped_budget_steps: int = 0  # fine-tuning steps they would have taken
@@ -98,6 +99,7 @@ def study_status(study: optuna.Study) -> StudyStatus:
         elapsed,
         remaining,
         dense_checkpoint_ppl=study.user_attrs.get("dense_val_perplexity"),
+        dense_checkpoint_bpb=study.user_attrs.get("dense_bits_per_byte"),
         stopped_early=len(stopped),
         saved_steps=sum(t.user_attrs.get("saved_steps", 0) for t in stopped),
         stopped_budget_steps=sum(t.user_attrs.get("finetune_steps", 0) for t in stopped),
@@ -122,7 +124,8 @@ def format_status(status: StudyStatus) -> str:
     lines.append(f"  front: {status.front_size} trials")
     if status.dense_checkpoint_ppl is not None:
         ppl = status.dense_checkpoint_ppl
-        lines.append(f"  dense checkpoint: perplexity {ppl:.3f} (as pretrained, before any trial)")
+        bits = f", {status.dense_checkpoint_bpb:.4f} bits/byte" if status.dense_checkpoint_bpb else ""
+        lines.append(f"  dense checkpoint: perplexity {ppl:.3f}{bits} (as pretrained, before any trial)")
     if status.dense:
         lines.append(f"  dense control: perplexity {status.dense[0]:.3f}, {status.dense[1]:,} parameters")
     if status.stopped_early:

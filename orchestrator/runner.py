@@ -291,6 +291,8 @@ def _run_leased(
             f"({'reused ' + str(dense.path) if dense.reused else f'pretrained in {dense.seconds:.0f}s'})"
         )
         study.set_user_attr("dense_val_perplexity", dense.val_perplexity)
+        if dense.bits_per_byte is not None:
+            study.set_user_attr("dense_bits_per_byte", dense.bits_per_byte)
         _search(cfg, opts, driver, TrialSetup(corpus, dense, cfg.budget, cfg.study.seed))
         lease.check()  # a driver that lost the study writes no front: the holder does
         if driver.interrupted_by is not None:

@@ -92,9 +92,13 @@ def cli_in_process(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def ray_processes() -> set[int]:
-    """Ray's own processes: the cluster, its agents and workers (named ray::...)."""
+    """Ray's own processes: the cluster, its agents and workers (named ray::...), and the head
+    node's autoscaler monitor (ray/autoscaler/_private/monitor.py), which outlives a killed head
+    and which this pattern once missed (the cluster test left it running)."""
     out = subprocess.run(
-        ["pgrep", "-f", "raylet|gcs_server|ray::|ray/dashboard|ray/_private"], capture_output=True, text=True
+        ["pgrep", "-f", "raylet|gcs_server|ray::|ray/dashboard|ray/_private|ray/autoscaler"],
+        capture_output=True,
+        text=True,
     ).stdout
     return {int(p) for p in out.split()} - {os.getpid()}
 

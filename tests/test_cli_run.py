@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import socket
 import struct
 import subprocess
@@ -241,6 +242,10 @@ def test_status_reports_states_front_and_hypervolume(smoke, tmp_path):
     assert "complete 4" in run.stdout
     assert f"front: {front} trials" in run.stdout
     assert "hypervolume" in run.stdout and "dense control" in run.stdout
+    # Bits per byte beside perplexity, for the dense checkpoint and each band's best trial.
+    best = [line for line in run.stdout.splitlines() if line.strip().startswith("best at sparsity")]
+    assert best and all("bits/byte" in line for line in best)
+    assert re.search(r"dense checkpoint: perplexity [\d.]+, [\d.]+ bits/byte", run.stdout)
 
 
 def test_exported_model_reloads_with_the_recorded_perplexity(smoke, tmp_path):

@@ -462,28 +462,11 @@ class HFLanguageModel(nn.Module):
         return _attention_modules(self.hf if hf is None else hf, self.cfg.architecture)
 
     @classmethod
-    def from_architecture(
-        cls,
-        architecture: str,
-        *,
-        vocab_size: int,
-        n_layer: int,
-        n_head: int,
-        d_model: int,
-        block_size: int,
-        n_kv_head: int | None = None,
-    ) -> HFLanguageModel:
-        """A fresh small model of one of ``ARCHITECTURES`` (see ``architecture_config``)."""
-        hf_config = architecture_config(
-            architecture,
-            vocab_size=vocab_size,
-            n_layer=n_layer,
-            n_head=n_head,
-            d_model=d_model,
-            block_size=block_size,
-            n_kv_head=n_kv_head,
-        )
-        return cls(HFModelConfig(hf_config=hf_config, block_size=block_size))
+    def from_architecture(cls, architecture: str, **sizes) -> HFLanguageModel:
+        """A fresh small model of one of ``ARCHITECTURES``; ``sizes`` are ``architecture_config``'s
+        keywords (vocab_size, n_layer, n_head, d_model, block_size, n_kv_head)."""
+        hf_config = architecture_config(architecture, **sizes)
+        return cls(HFModelConfig(hf_config=hf_config, block_size=sizes["block_size"]))
 
     @classmethod
     def from_pretrained(cls, path_or_name: str | Path, block_size: int) -> HFLanguageModel:

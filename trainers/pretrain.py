@@ -27,6 +27,7 @@ class DenseCheckpoint:
     val_perplexity: float
     seconds: float  # time the pretraining took when it ran
     reused: bool  # True when this call found it on disk
+    bits_per_byte: float | None = None  # None: a checkpoint written before it was measured
 
 
 def checkpoint_key(
@@ -100,7 +101,14 @@ def _read_checkpoint(
     except CorruptModel as err:
         notice(f"dense checkpoint not used: {err}")
         return None
-    return DenseCheckpoint(folder.resolve(), model_cfg, meta["val_perplexity"], meta["seconds"], reused=True)
+    return DenseCheckpoint(
+        folder.resolve(),
+        model_cfg,
+        meta["val_perplexity"],
+        meta["seconds"],
+        reused=True,
+        bits_per_byte=meta.get("bits_per_byte"),
+    )
 
 
 def ensure_dense_checkpoint(
@@ -141,9 +149,10 @@ def ensure_dense_checkpoint(
     nats = mean_loss(model, windows)
     ppl = math.exp(nats)
 
+    bpb = bits_per_byte(nats, windows[1].numel(), window_bytes(corpus.tokenizer, windows))
     meta = {
         "val_perplexity": ppl,
-        "bits_per_byte": bits_per_byte(nats, windows[1].numel(), window_bytes(corpus.tokenizer, windows)),
+        "bits_per_byte": bpb,
         "seconds": seconds,
         "pretrain": asdict(pretrain) if pretrain is not None else None,
         "corpus_digest": corpus.digest,
@@ -156,7 +165,7 @@ def ensure_dense_checkpoint(
             "curve": schedule.curve,  # (step, validation loss)
         }
     save_model(model, corpus.tokenizer, folder, extra=meta)  # checksummed, renamed into place
-    return DenseCheckpoint(folder.resolve(), model_cfg, ppl, seconds, reused=False)
+    return DenseCheckpoint(folder.resolve(), model_cfg, ppl, seconds, reused=False, bits_per_byte=bpb)
 
 
 def _pretrain(
