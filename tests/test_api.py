@@ -38,6 +38,6 @@ def test_run_study_uses_the_callers_ray_and_leaves_it_running(tmp_path, monkeypa
 
 def test_a_mistake_is_a_user_error_before_anything_is_written(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(UserError, match="trial.nope"):
+    with pytest.raises(UserError, match="unknown key .nope."):
         run_study(SMOKE, overrides=["trial.nope=1"], storage=f"sqlite:///{tmp_path}/api.db")
     assert not (tmp_path / "api.db").exists() and not (tmp_path / "runs").exists()
