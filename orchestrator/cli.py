@@ -258,9 +258,15 @@ def _dashboard(args: argparse.Namespace) -> int:
 
 
 def _quiet_libraries() -> None:
+    import os
     import warnings
 
     import optuna
+
+    # transformers (the hf family): no weight-loading progress bars or load reports; our own
+    # lines say what happens. Set before it is imported, and inherited by Ray's workers.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)

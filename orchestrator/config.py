@@ -205,7 +205,7 @@ def _check_model(path: Path, table: Any, corpus: dict[str, Any]) -> dict[str, An
     if model["family"] == "hf":
         if bool(model["path"]) == bool(model["architecture"]):
             raise UserError(f"{where} family = 'hf' needs either path (a model folder) or architecture")
-        if model["path"] and (given := [k for k in (*SIZES, "n_kv_head") if k in table]):
+        if model["path"] and (given := [k for k in (*SIZES, "n_kv_head", "dropout") if k in table]):
             raise UserError(f"{where} {given[0]}: a model at path has its own sizes; remove the key")
         if given := [k for k in BUILT_IN_ONLY if k in table]:
             raise UserError(f"{where} {given[0]} applies to the built-in families only")

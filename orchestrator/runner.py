@@ -82,12 +82,15 @@ class RunOptions:
     ) -> RunOptions:
         """The options ``launch-study run`` uses, each left out taking the study file's value or
         the CLI's default (storage: --storage, $HEADPRUNE_STORAGE, runs/<study>.db)."""
+        for flag, value in (("n_trials", n_trials), ("max_concurrent", max_concurrent)):
+            if value is not None and value < 1:
+                raise UserError(f"{flag} must be at least 1, got {value}")
         name = study_name or cfg.study.name
         return cls(
             storage_url=resolve_url(storage, name),
             study_name=name,
-            n_trials=n_trials or cfg.study.n_trials,
-            max_concurrent=max_concurrent or cfg.study.max_concurrent,
+            n_trials=n_trials if n_trials is not None else cfg.study.n_trials,
+            max_concurrent=max_concurrent if max_concurrent is not None else cfg.study.max_concurrent,
             artifacts=Path(artifacts).resolve(),  # Ray workers run in other folders
             output_csv=Path(output) if output else Path("runs") / f"{name}_pareto.csv",
             ray_address=ray_address or os.environ.get("RAY_ADDRESS"),
@@ -111,12 +114,14 @@ def prepare_inputs(cfg: StudyConfig, cache_dir: Path | None = None) -> tuple[Cor
     where = f"{cfg.source}: [model]"
     model = dict(cfg.model)
     user_model = None
-    if model["family"] == "hf" and model["path"]:
-        from trainers.hf import read_pretrained_config
+    if model["family"] == "hf" and model["path"]:  # read and checked before anything is tokenized
+        from trainers.hf import HFModelConfig, check_weights, read_pretrained_config
 
         user_model = _model_path(cfg)
         try:
             hf_config = read_pretrained_config(user_model)
+            check_weights(user_model)
+            HFModelConfig(hf_config=hf_config, block_size=model["block_size"])
         except ValueError as err:
             raise UserError(f"{where} path: {err}") from None
     try:
@@ -128,6 +133,8 @@ def prepare_inputs(cfg: StudyConfig, cache_dir: Path | None = None) -> tuple[Cor
         )
     except CorpusError as err:
         raise UserError(f"{cfg.source}: [corpus] {err}") from None
+    except OSError as err:  # the cache folder (the pre-flight checks --artifacts before this)
+        raise UserError(f"{cfg.source}: [corpus] cannot write its cache under {cache_dir}: {err}") from None
     if model["family"] != "hf":
         fields = {k: v for k, v in model.items() if k not in HF_ONLY}
         return corpus, ModelConfig(vocab_size=corpus.vocab_size, **fields)
@@ -142,15 +149,21 @@ def prepare_inputs(cfg: StudyConfig, cache_dir: Path | None = None) -> tuple[Cor
             d_model=model["d_model"],
             block_size=model["block_size"],
             n_kv_head=model["n_kv_head"] or None,
+            dropout=model["dropout"],
         )
     try:
         model_cfg = HFModelConfig(hf_config=hf_config, block_size=model["block_size"])
     except ValueError as err:
         raise UserError(f"{where} {err}") from None
     if model_cfg.vocab_size < corpus.vocab_size:
+        hint = (
+            "the tokenizer beside the model does not belong to it"
+            if cfg.corpus.tokenizer == "model"
+            else "use [corpus] tokenizer = 'model', the model's own"
+        )
         raise UserError(
             f"{where} the model's vocabulary ({model_cfg.vocab_size}) is smaller than the tokenizer's "
-            f"({corpus.vocab_size}): use [corpus] tokenizer = 'model'"
+            f"({corpus.vocab_size}): {hint}"
         )
     cfg.search.check_reachable(f"{cfg.source}: [search]", list(model_cfg.layer_heads))
     if min(cfg.search.entries["min_heads_per_layer"].values()) < 1:
@@ -179,7 +192,13 @@ def study_dense_checkpoint(
 
         path = _model_path(cfg)
         source = weights_digest(path)
-        initial = lambda: HFLanguageModel.from_pretrained(path, model_cfg.block_size)  # noqa: E731
+
+        def initial():
+            try:
+                return HFLanguageModel.from_pretrained(path, model_cfg.block_size)
+            except ValueError as err:
+                raise UserError(f"{cfg.source}: [model] path: {err}") from None
+
     return ensure_dense_checkpoint(
         corpus,
         model_cfg,
@@ -239,8 +258,8 @@ def preflight(cfg: StudyConfig, opts: RunOptions) -> None:
 
 
 def run_study(cfg: StudyConfig, opts: RunOptions) -> RunSummary:
+    preflight(cfg, opts)  # first: the corpus's caches are written under --artifacts
     corpus, model_cfg = prepare_inputs(cfg, cache_dir=opts.artifacts / "cache")
-    preflight(cfg, opts)
     store = open_store(opts.storage_url)
     if study_exists(store, opts.study_name):
         check_objectives(store, opts.study_name)  # before the lease: a mistake writes nothing

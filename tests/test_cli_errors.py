@@ -310,3 +310,63 @@ def test_export_into_a_closed_pipe_ends_quietly(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "stderr", stderr)
     assert main(["export", "--storage", url, "--study-name", "s", "--all"]) == 0
     assert stderr.getvalue() == ""
+
+
+def users_gpt2(folder: Path, *, weights: bool = True, n_layer: int = 2) -> Path:
+    """A tiny GPT-2 saved with save_pretrained, as a user's model folder (no tokenizer)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(vocab_size=80, n_positions=64, n_embd=16, n_layer=n_layer, n_head=4)
+    if weights:
+        GPT2LMHeadModel(config).save_pretrained(folder)
+    else:
+        config.save_pretrained(folder)
+    return folder
+
+
+HF_USER = ["--set", "model.family=hf", "--set", "model.block_size=32"]
+
+
+def hf_study(tmp_path: Path) -> Path:
+    """The smoke study with its sizes removed, for a model at --set model.path."""
+    text = SMOKE.read_text().replace("n_layer = 2\nn_head = 4\nd_model = 32\n", "")
+    return study_file(tmp_path, text=text)
+
+
+@pytest.mark.parametrize(
+    "damage, fragments",
+    [
+        ("no weights", ["[model] path", "no weight files"]),
+        ("truncated weights", ["[model] path", "model.safetensors is not a readable safetensors file"]),
+        ("no tokenizer", ["[corpus]", "holds no tokenizer", "tokenizer.save_pretrained"]),
+    ],
+)
+def test_a_users_model_folder_that_cannot_serve_is_refused_before_anything_is_written(
+    tmp_path, damage, fragments
+):
+    folder = users_gpt2(tmp_path / "m", weights=damage != "no weights")
+    if damage == "truncated weights":
+        data = (folder / "model.safetensors").read_bytes()
+        (folder / "model.safetensors").write_bytes(data[: len(data) // 2])
+    extra = ["--set", "corpus.tokenizer=model"] if damage == "no tokenizer" else []
+    run = cli_in_process(
+        "run", str(hf_study(tmp_path)), *HF_USER, "--set", f"model.path={folder}", *extra, cwd=tmp_path
+    )
+    assert_user_error(run, *fragments)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_weights_of_another_model_are_refused_not_replaced_by_random_ones(tmp_path):
+    """Found in review: transformers initialises at random what a folder's weights lack and only
+    warns; the study would have pruned a random model and exited 0. This is found when the dense
+    model is loaded, after the database is opened: exit 2, the error the last line, no trial run."""
+    folder = users_gpt2(tmp_path / "m", n_layer=1)
+    users_gpt2(tmp_path / "config_of_two_layers", weights=False, n_layer=2)
+    (folder / "config.json").write_text((tmp_path / "config_of_two_layers" / "config.json").read_text())
+    args = ("run", str(hf_study(tmp_path)), *HF_USER, "--set", f"model.path={folder}")
+    run = launch(*args, cwd=tmp_path)  # a process of its own: transformers' logging as a user's
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    lines = run.stderr.strip().splitlines()
+    assert lines[-1].startswith("launch-study: error: ") and "do not fit its config.json" in lines[-1]
+    assert len(lines) == 2, run.stderr  # the study's first line, then the error: no load report
+    assert not list((tmp_path / "runs" / "artifacts").glob("dense/*"))

@@ -233,10 +233,11 @@ def architecture_config(
     d_model: int,
     block_size: int,
     n_kv_head: int | None = None,
+    dropout: float = 0.0,
 ) -> dict:
     """The transformers config (as ``to_dict()``) of a fresh small model: MLP 4x d_model, exactly
-    ``block_size`` positions, no dropout (pruning compares outputs), no special tokens (the
-    project's tokenizers give them no meaning)."""
+    ``block_size`` positions, ``dropout`` everywhere the architecture has it (default none), no
+    special tokens (the project's tokenizers give them no meaning)."""
     if architecture not in ARCHITECTURES:
         raise ValueError(f"architecture {architecture!r} is not one of {ARCHITECTURES}")
     if d_model % n_head:
@@ -246,7 +247,7 @@ def architecture_config(
     no_tokens = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
     if architecture == "gpt2":
         sizes = {"n_layer": n_layer, "n_head": n_head, "n_embd": d_model, "n_positions": block_size}
-        dropout = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+        dropouts = {"resid_pdrop": dropout, "embd_pdrop": dropout, "attn_pdrop": dropout}
         extra = {"n_inner": 4 * d_model}
     else:
         sizes = {
@@ -257,11 +258,11 @@ def architecture_config(
             "intermediate_size": 4 * d_model,
         }
         if architecture == "gpt_neox":
-            dropout, extra = {"hidden_dropout": 0.0, "attention_dropout": 0.0}, {}
+            dropouts, extra = {"hidden_dropout": dropout, "attention_dropout": dropout}, {}
         else:
-            dropout, extra = {"attention_dropout": 0.0}, {"num_key_value_heads": n_kv_head or n_head}
+            dropouts, extra = {"attention_dropout": dropout}, {"num_key_value_heads": n_kv_head or n_head}
     config = AutoConfig.for_model(
-        architecture, vocab_size=vocab_size, initializer_range=0.02, **sizes, **dropout, **extra, **no_tokens
+        architecture, vocab_size=vocab_size, initializer_range=0.02, **sizes, **dropouts, **extra, **no_tokens
     )
     return config_dict(config)
 
@@ -292,8 +293,9 @@ def _read_folder_config(folder: Path) -> dict:
     """config.json of a model folder, of a supported architecture (ValueError otherwise)."""
     try:
         config = config_dict(AutoConfig.from_pretrained(folder, local_files_only=True))
-    except OSError as err:  # a folder without a config.json is not a model
-        raise ValueError(f"{folder}: no readable model config ({err})") from None
+    except (OSError, ValueError) as err:  # a folder without a (sound) config.json is not a model
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"{folder}: no readable model config ({reason})") from None
     if config.get("model_type") not in ARCHITECTURES:
         raise ValueError(
             f"{folder}: model_type {config.get('model_type')!r} is not supported; "
@@ -310,6 +312,25 @@ def read_pretrained_config(path_or_name: str | Path) -> dict:
     if cfg.heads_per_layer:
         raise ValueError(f"{path_or_name} is a pruned export, not a dense model to start a study from")
     return cfg.hf_config
+
+
+def check_weights(path_or_name: str | Path) -> None:
+    """The model's weight files are there and whole (each safetensors file's header read and its
+    size checked against it), so a study fails before it starts, not when it loads them."""
+    from safetensors import safe_open
+
+    folder = _local_folder(path_or_name)
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES))
+    if not files:
+        raise ValueError(f"{path_or_name}: no weight files ({', '.join(WEIGHT_SUFFIXES)}) in {folder}")
+    for path in files:
+        if path.suffix != ".safetensors":
+            continue
+        try:
+            with safe_open(str(path), framework="pt") as weights:
+                weights.keys()
+        except Exception as err:  # safetensors raises its own error types for a cut or foreign file
+            raise ValueError(f"{path} is not a readable safetensors file ({err})") from None
 
 
 def weights_digest(path_or_name: str | Path) -> str:
@@ -619,9 +640,28 @@ def _load_folder(folder: Path, cfg: HFModelConfig) -> HFLanguageModel:
     """The model in ``folder``: a dense one through transformers' own loader (any checkpoint's
     tensor names), a pruned one (shapes transformers cannot build) built here and filled."""
     if not cfg.heads_per_layer:
-        hf = AutoModelForCausalLM.from_pretrained(
-            folder, local_files_only=True, attn_implementation=ATTENTION, dtype=torch.float32
-        )
+        check_weights(folder)
+        try:
+            hf, info = AutoModelForCausalLM.from_pretrained(
+                folder,
+                local_files_only=True,
+                attn_implementation=ATTENTION,
+                dtype=torch.float32,
+                output_loading_info=True,
+            )
+        except (RuntimeError, OSError) as err:  # tensors of other shapes, files transformers cannot read
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ValueError(f"{folder}: the weights cannot be loaded ({reason})") from None
+        # transformers initialises what the files lack at random and only warns: a study would then
+        # prune a random model. A tied output head is the one thing allowed to be absent.
+        tied = {name for name in info.get("missing_keys", ()) if name.endswith("lm_head.weight")}
+        missing = sorted(set(info.get("missing_keys", ())) - tied)
+        mismatched = sorted(str(k[0] if isinstance(k, tuple) else k) for k in info.get("mismatched_keys", ()))
+        if missing or mismatched:
+            raise ValueError(
+                f"{folder}: the weights do not fit its config.json (missing {missing[:3]}, "
+                f"of other shapes {mismatched[:3]})"
+            )
         return HFLanguageModel(cfg, hf)
     model = HFLanguageModel(cfg)
     state = _load_weights(folder)

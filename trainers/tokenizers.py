@@ -252,6 +252,13 @@ class ModelTokenizer:
                 f"no tokenizer can be loaded from {path_or_name} ({type(err).__name__}); give a folder "
                 "with tokenizer files, or the name of a model in the local Hugging Face cache"
             ) from None
+        # transformers builds a tokenizer from a model's config even when no tokenizer file is
+        # there; one that encodes text to nothing is that, not a tokenizer of the model.
+        if not hf.encode("To be, or not to be", add_special_tokens=False):
+            raise TokenizerError(
+                f"{path_or_name} holds no tokenizer (its files encode text to nothing): save the "
+                "model's tokenizer beside it (tokenizer.save_pretrained), or use tokenizer = 'bpe'"
+            )
         return cls(hf, str(path_or_name))
 
     def encode(self, text: str) -> list[int]:

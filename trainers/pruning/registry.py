@@ -69,6 +69,7 @@ class Method:
 
 
 _REGISTRY: dict[str, Method] = {}
+_discovered = False  # every module of this package imported (a method may be registered before)
 _ORDER = ("l0_target", "l0_penalty", "topk", "importance", "random", "dense")  # how they are listed
 
 
@@ -81,8 +82,10 @@ def register(method: Method) -> Method:
 
 def _discover() -> None:
     """Import every module of this package once: each registers its methods."""
-    if _REGISTRY:
+    global _discovered
+    if _discovered:
         return
+    _discovered = True
     package = importlib.import_module("trainers.pruning")
     for module in pkgutil.iter_modules(package.__path__):
         if module.name != "registry":
