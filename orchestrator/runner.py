@@ -114,9 +114,9 @@ def prepare_inputs(cfg: StudyConfig, cache_dir: Path | None = None) -> tuple[Cor
     where = f"{cfg.source}: [model]"
     model = dict(cfg.model)
     user_model = None
+    if model["family"] == "hf":  # transformers is imported for this family only
+        from trainers.hf import HFModelConfig, architecture_config, check_weights, read_pretrained_config
     if model["family"] == "hf" and model["path"]:  # read and checked before anything is tokenized
-        from trainers.hf import HFModelConfig, check_weights, read_pretrained_config
-
         user_model = _model_path(cfg)
         try:
             hf_config = read_pretrained_config(user_model)
@@ -138,8 +138,6 @@ def prepare_inputs(cfg: StudyConfig, cache_dir: Path | None = None) -> tuple[Cor
     if model["family"] != "hf":
         fields = {k: v for k, v in model.items() if k not in HF_ONLY}
         return corpus, ModelConfig(vocab_size=corpus.vocab_size, **fields)
-    from trainers.hf import HFModelConfig, architecture_config
-
     if user_model is None:
         hf_config = architecture_config(
             model["architecture"],

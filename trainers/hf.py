@@ -289,13 +289,18 @@ def _local_folder(path_or_name: str | Path) -> Path:
         ) from None
 
 
+def _first_line(err: Exception) -> str:
+    """An error from transformers in one line: its first, else its type's name."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 def _read_folder_config(folder: Path) -> dict:
     """config.json of a model folder, of a supported architecture (ValueError otherwise)."""
     try:
         config = config_dict(AutoConfig.from_pretrained(folder, local_files_only=True))
     except (OSError, ValueError) as err:  # a folder without a (sound) config.json is not a model
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(f"{folder}: no readable model config ({reason})") from None
+        raise ValueError(f"{folder}: no readable model config ({_first_line(err)})") from None
     if config.get("model_type") not in ARCHITECTURES:
         raise ValueError(
             f"{folder}: model_type {config.get('model_type')!r} is not supported; "
@@ -650,8 +655,7 @@ def _load_folder(folder: Path, cfg: HFModelConfig) -> HFLanguageModel:
                 output_loading_info=True,
             )
         except (RuntimeError, OSError) as err:  # tensors of other shapes, files transformers cannot read
-            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise ValueError(f"{folder}: the weights cannot be loaded ({reason})") from None
+            raise ValueError(f"{folder}: the weights cannot be loaded ({_first_line(err)})") from None
         # transformers initialises what the files lack at random and only warns: a study would then
         # prune a random model. A tied output head is the one thing allowed to be absent.
         tied = {name for name in info.get("missing_keys", ()) if name.endswith("lm_head.weight")}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -12,12 +11,11 @@ from pathlib import Path
 
 import torch
 
-from trainers.data import Corpus, eval_windows, window_bytes
+from trainers.data import Corpus, eval_windows
 from trainers.export import CorruptModel, load_model, read_config, save_model
 from trainers.families import FamilyConfig, PrunableModel, build_model
 from trainers.hparams import PretrainConfig
-from trainers.tokenizers import bits_per_byte
-from trainers.training import Progress, fit, mean_loss, pick_device
+from trainers.training import Progress, final_scores, fit, mean_loss, pick_device
 
 
 @dataclass(frozen=True)
@@ -146,10 +144,8 @@ def ensure_dense_checkpoint(
     if pretrain is not None:
         _pretrain(model, corpus, pretrain, schedule, progress)
     seconds = time.perf_counter() - start
-    nats = mean_loss(model, windows)
-    ppl = math.exp(nats)
+    ppl, bpb = final_scores(model, windows, corpus.tokenizer)
 
-    bpb = bits_per_byte(nats, windows[1].numel(), window_bytes(corpus.tokenizer, windows))
     meta = {
         "val_perplexity": ppl,
         "bits_per_byte": bpb,

@@ -8,7 +8,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from trainers.data import random_batch
+from trainers.data import random_batch, window_bytes
+from trainers.tokenizers import Tokenizer, bits_per_byte
 
 # progress(phase, step, total_steps, loss): called every few steps by long loops.
 Progress = Callable[[str, int, int, float], None]
@@ -33,6 +34,11 @@ def cosine_lr(step: int, total: int, peak: float, warmup: int) -> float:
         return peak * (step + 1) / warmup
     k = (step - warmup) / max(1, total - warmup)
     return peak * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * min(1.0, k))))
+
+
+def plain_loss(model, x: torch.Tensor, y: torch.Tensor, gates=None) -> torch.Tensor:
+    """Cross-entropy of the model (its head gates applied): the loss without distillation."""
+    return model.loss(x, y, gates)
 
 
 def weight_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -75,7 +81,7 @@ def fit(
     loss."""
     device = next(model.parameters()).device
     if objective is None:
-        loss_fn = loss_fn or (lambda m, x, y, gates: m.loss(x, y, gates))
+        loss_fn = loss_fn or plain_loss
         objective = lambda step, x, y: loss_fn(model, x, y, None)  # noqa: E731
     optimizers = list(extra_optimizers)
     weights_opt = None
@@ -137,6 +143,15 @@ def mean_loss(
         total += torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum").item()
         count += y.numel()
     return total / count
+
+
+def final_scores(
+    model: torch.nn.Module, windows: tuple[torch.Tensor, torch.Tensor], tokenizer: Tokenizer
+) -> tuple[float, float]:
+    """(perplexity per token, bits per byte) on the evaluation slice: what a trial and the dense
+    checkpoint record; bits per byte compares across tokenizers."""
+    nats = mean_loss(model, windows)
+    return math.exp(nats), bits_per_byte(nats, windows[1].numel(), window_bytes(tokenizer, windows))
 
 
 @torch.no_grad()

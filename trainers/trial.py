@@ -14,15 +14,14 @@ from pathlib import Path
 
 import torch
 
-from trainers.data import Corpus, eval_windows, window_bytes
+from trainers.data import Corpus, eval_windows
 from trainers.distillation import PeerDistillation
 from trainers.export import CorruptModel, load_model, read_config, save_model
 from trainers.gates import check_reachable
 from trainers.hparams import TARGET_METHODS, TrialBudget, TrialHParams
 from trainers.pretrain import DenseCheckpoint, load_dense
 from trainers.pruning import PruneContext, PruneOutcome, plain_loss, prune
-from trainers.tokenizers import bits_per_byte
-from trainers.training import Progress, fit, mean_loss, pick_device, tokens_per_second
+from trainers.training import Progress, final_scores, fit, mean_loss, pick_device, tokens_per_second
 
 
 @dataclass(frozen=True)
@@ -203,9 +202,7 @@ def run_trial(
     seconds["finetune"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    nats = mean_loss(model, windows)
-    ppl = math.exp(nats)
-    bpb = bits_per_byte(nats, windows[1].numel(), window_bytes(setup.corpus.tokenizer, windows))
+    ppl, bpb = final_scores(model, windows, setup.corpus.tokenizer)
     speed = tokens_per_second(model, windows[0][: budget.batch_size])
     seconds["eval"] = time.perf_counter() - start
 

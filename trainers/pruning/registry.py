@@ -21,16 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from trainers.training import Progress, plain_loss
+
 if TYPE_CHECKING:
     from trainers.hparams import TrialHParams
-    from trainers.training import Progress
 
 # loss(model, inputs, targets, head_gates) -> scalar
 LossFn = Callable[[Any, torch.Tensor, torch.Tensor, "list[torch.Tensor] | None"], torch.Tensor]
-
-
-def plain_loss(model, x: torch.Tensor, y: torch.Tensor, gates=None) -> torch.Tensor:
-    return model.loss(x, y, gates)
 
 
 @dataclass
