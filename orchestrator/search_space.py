@@ -171,19 +171,24 @@ class SearchSpace:
         return entry.high - (entry.high - entry.low) * fraction
 
     def start_point(self, index: int) -> dict[str, Any] | None:
-        """Fixed values for the ``index``-th start-up trial: sparsity from the even spread, and
-        every searched number whose default lies in its range at that default (the papers'
-        values), so the first trials map the front with known-good settings; the sampler still
-        chooses the categorical knobs (the method). None when sparsity is not a float range."""
+        """Fixed values for the ``index``-th start-up trial: sparsity from the even spread, every
+        searched number at its default where its range holds it (the papers' values), and every
+        list of choices at its first entry: the method listed first, with its switches as listed
+        first. The start-up is so a sweep of one method at known-good settings, the strongest
+        baseline a user would run without a search (BENCHMARKS.md, searched front), and the
+        sampler explores the other methods and numbers from there. None when sparsity is not a
+        float range."""
         sparsity = self.spread("sparsity", index)
         if sparsity is None:
             return None
-        point = {"sparsity": sparsity}
+        point: dict[str, Any] = {"sparsity": sparsity}
         for name, entry in self.entries.items():
             default = self.defaults.get(name)
             numeric = isinstance(entry, Range) and isinstance(default, (int, float))
             if name != "sparsity" and numeric and entry.low <= default <= entry.high:
                 point[name] = default
+            elif isinstance(entry, Choices):
+                point[name] = entry.options[0]
         return point
 
     def searched(self) -> list[str]:

@@ -11,13 +11,13 @@ import optuna
 import pytest
 import torch
 from helpers import cli_in_process
-from trainers.tokenizers import CharTokenizer
 
 from trainers.data import Corpus
 from trainers.export import CONFIG, WEIGHTS, CorruptModel, load_model, read_config, save_model
 from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams
 from trainers.model import LanguageModel, ModelConfig
 from trainers.pretrain import ensure_dense_checkpoint
+from trainers.tokenizers import CharTokenizer
 from trainers.trial import AFTER_PRUNE, TrialSetup, run_trial
 
 VOCAB = "vocab.json"  # the character tokenizer's file

@@ -31,19 +31,29 @@ def test_no_spread_for_anything_but_a_linear_float_range(entry):
     assert SearchSpace({"sparsity": entry}).spread("sparsity", 0) is None
 
 
-def test_start_points_fix_sparsity_and_the_searched_numbers_at_defaults_inside_their_range():
+def test_start_points_fix_sparsity_numbers_at_defaults_inside_their_range_and_choices_first():
     space = SearchSpace(
         {
             "sparsity": Range(0.0, 0.8),
             "lr": Range(3e-4, 3e-3, log=True),
             "gate_lr_mult": Range(20.0, 200.0),
-            "method": Choices(("l0_target", "random")),
-            "distill": Fixed(False),
+            "method": Choices(("random", "l0_target")),
+            "distill": Choices((True, False)),
+            "freeze_weights": Fixed(False),
         },
-        defaults={"sparsity": 0.5, "lr": 1e-3, "gate_lr_mult": 10.0, "method": "l0_target", "distill": False},
+        defaults={
+            "sparsity": 0.5,
+            "lr": 1e-3,
+            "gate_lr_mult": 10.0,
+            "method": "l0_target",
+            "distill": False,
+            "freeze_weights": False,
+        },
     )
-    assert space.start_point(0) == {"sparsity": 0.8, "lr": 1e-3}  # 10 is outside [20, 200]
-    assert space.start_point(1) == {"sparsity": 0.4, "lr": 1e-3}
+    # 10 is outside [20, 200]; the choices as listed first, not the trainer's defaults
+    first = {"lr": 1e-3, "method": "random", "distill": True}
+    assert space.start_point(0) == {"sparsity": 0.8, **first}
+    assert space.start_point(1) == {"sparsity": 0.4, **first}
     assert SearchSpace({"sparsity": Fixed(0.5)}).start_point(0) is None
 
 
