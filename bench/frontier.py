@@ -14,6 +14,8 @@ shows what each arm used. Seeds side by side, e.g. on 2 cores:
 
 The arms:
 
+- ``searched@SAMPLER`` (e.g. ``searched@gp``): the same with ``[study] sampler = SAMPLER``,
+  to compare the samplers side by side (the targets below are the plain ``searched`` arm's);
 - ``searched``: the default study as ``launch-study run --n-trials N`` runs it, N being the full
   trials the budget affords (Ray Tune + Optuna, early stopping as the study file says, the
   controlled dense control, a start-up spread of N/2 + 1 trials, at most 10);
@@ -51,7 +53,7 @@ import torch
 from ray.tune.stopper import Stopper
 
 from bench.common import print_json, print_table
-from orchestrator.config import load_study_config
+from orchestrator.config import SAMPLERS, load_study_config
 from orchestrator.report import normalised_hypervolume
 from orchestrator.runner import RunOptions, prepare_inputs, run_study, startup_trials, study_dense_checkpoint
 from orchestrator.search_space import Range, SearchSpace
@@ -78,8 +80,8 @@ def timed_trial(setup: TrialSetup, hp: TrialHParams) -> dict:
     return point(run_trial(setup, hp))
 
 
-def searched_arm(cfg, seed: int, budget_s: float, artifacts: Path, startup: int) -> list[dict]:
-    study = replace(cfg.study, seed=seed, startup_trials=startup)
+def searched_arm(cfg, seed: int, budget_s: float, artifacts: Path, startup: int, sampler: str) -> list[dict]:
+    study = replace(cfg.study, seed=seed, startup_trials=startup, sampler=sampler)
     name = f"frontier-seed{seed}-{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory() as tmp:
         opts = RunOptions(
@@ -240,8 +242,9 @@ def run_seed(cfg, seed: int, arms: list[str], budget_s: float, artifacts: Path, 
     found: dict[str, list[dict]] = {}
     for arm in arms:
         print(f"  seed {seed}, arm {arm}", flush=True)
-        if arm == "searched":
-            found[arm] = searched_arm(cfg, seed, budget_s, artifacts, startup)
+        if arm.startswith("searched"):
+            sampler = arm.partition("@")[2] or cfg.study.sampler
+            found[arm] = searched_arm(cfg, seed, budget_s, artifacts, startup, sampler)
         elif arm in ("random", "importance"):
             found[arm] = sweep_arm(
                 setup,
@@ -305,7 +308,7 @@ def report(per_seed: list[dict], budget_minutes: float, cpus_per_trial: float) -
         ],
     )
     if "searched" in arms:
-        others = [a for a in arms if a != "searched"]
+        others = [a for a in arms if not a.startswith("searched")]
         mine = column("searched", "hypervolume")
         on_mean = all(statistics.mean(mine) > statistics.mean(column(a, "hypervolume")) for a in others)
         wins = [sum(m > o for m, o in zip(mine, column(a, "hypervolume"))) for a in others]
@@ -339,9 +342,10 @@ def main() -> None:
         report(per_seed, saved[0]["budget_minutes"], saved[0]["cpus_per_trial"])
         return
     arms = args.arms.split(",")
-    unknown = sorted(set(arms) - set(ARMS))
+    known = set(ARMS) | {f"searched@{sampler}" for sampler in SAMPLERS}
+    unknown = sorted(set(arms) - known)
     if unknown:
-        raise SystemExit(f"unknown arm(s) {', '.join(unknown)}; choose from {', '.join(ARMS)}")
+        raise SystemExit(f"unknown arm(s) {', '.join(unknown)}; choose from {', '.join(sorted(known))}")
     seeds = [int(s) for s in args.seed_list.split(",")] if args.seed_list else list(range(args.seeds))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     cfg = load_study_config(STUDY, args.set)

@@ -96,3 +96,37 @@ def test_the_start_up_spread_follows_the_runs_n_trials_and_the_study_files_overr
     assert startup_trials(cfg, 100) == 10
     overridden = load_study_config(REPO / "studies" / "tinyshakespeare.toml", ["study.startup_trials=6"])
     assert startup_trials(overridden, 4) == 6
+
+
+def test_the_default_studys_start_up_is_a_sweep_of_its_first_method_then_the_sampler_chooses(tmp_path):
+    """Through the driver that Tune's searcher asks: the dense control, then the start-up trials
+    (importance, listed first in the default study, at the trainer's defaults and the spread's
+    sparsities), then trials the sampler chooses (their settings sampled, not the defaults)."""
+    import optuna
+    from helpers import REPO
+
+    from orchestrator.execution import StudyDriver
+    from orchestrator.runner import make_sampler
+
+    cfg = load_study_config(REPO / "studies" / "tinyshakespeare.toml")
+    study = optuna.create_study(
+        directions=["minimize", "minimize"], sampler=make_sampler("tpe", seed=0, startup=3)
+    )
+    driver = StudyDriver(
+        study,
+        cfg.search,
+        n_trials=12,
+        max_failed=0,
+        models_dir=tmp_path,
+        on_finished=lambda n: None,
+        spread_trials=3,
+    )
+    asked = [driver.next_config(f"t{i}")["hparams"] for i in range(12)]
+    assert asked[0]["method"] == "dense"
+    start_up = asked[1:4]
+    assert [h["method"] for h in start_up] == ["importance"] * 3
+    assert [h["sparsity"] for h in start_up] == [0.875, 0.4625, 0.66875]
+    assert all(h["lr"] == 3e-4 and h["distill"] is False for h in start_up)
+    later = asked[4:]
+    assert len({h["lr"] for h in later}) == len(later)  # sampled, none at the default
+    assert len({h["method"] for h in later}) > 1  # the sampler explores the other methods
