@@ -10,7 +10,7 @@ the finished ones' CPU time adds up to the budget, so the last one may run past 
 shows what each arm used. Seeds side by side, e.g. on 2 cores:
 
     for s in 0 1 2; do python -m bench.frontier --seed-list $s --save f$s.json & done; wait
-    python -m bench.frontier --merge f0.json f1.json f2.json
+    python -m bench.frontier --merge f0.json f1.json f2.json   # runs of other arms too
 
 The arms:
 
@@ -323,6 +323,24 @@ def report(per_seed: list[dict], budget_minutes: float, cpus_per_trial: float) -
         )
 
 
+def merge_seeds(saved: list[dict]) -> list[dict]:
+    """Saved runs as one: the arms of runs of the same seed side by side (run with the same
+    budget from the same dense control, which is checked), the seeds in order."""
+    by_seed: dict[int, dict] = {}
+    for run in saved:
+        if (run["budget_minutes"], run["cpus_per_trial"]) != (
+            saved[0]["budget_minutes"],
+            saved[0]["cpus_per_trial"],
+        ):
+            raise SystemExit("--merge: the runs have different budgets or threads per trial")
+        for seed in run["seeds"]:
+            known = by_seed.setdefault(seed["seed"], {**seed, "arms": {}})
+            if known["dense"]["ppl"] != seed["dense"]["ppl"]:
+                raise SystemExit(f"--merge: seed {seed['seed']}'s runs have different dense controls")
+            known["arms"].update(seed["arms"])
+    return [by_seed[seed] for seed in sorted(by_seed)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3, help="run seeds 0 .. N-1")
@@ -338,8 +356,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.merge:
         saved = [json.loads(path.read_text()) for path in args.merge]
-        per_seed = sorted((s for run in saved for s in run["seeds"]), key=lambda s: s["seed"])
-        report(per_seed, saved[0]["budget_minutes"], saved[0]["cpus_per_trial"])
+        report(merge_seeds(saved), saved[0]["budget_minutes"], saved[0]["cpus_per_trial"])
         return
     arms = args.arms.split(",")
     known = set(ARMS) | {f"searched@{sampler}" for sampler in SAMPLERS}
