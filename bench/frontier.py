@@ -19,8 +19,8 @@ The arms:
 - ``searched``: the default study as ``launch-study run --n-trials N`` runs it, N being the full
   trials the budget affords (Ray Tune + Optuna, early stopping as the study file says, the
   controlled dense control, a start-up spread of N/2 + 1 trials, at most 10);
-- ``random``, ``importance``: sweeps of one method at sparsities spread evenly over the study's
-  range (every prefix covers it), every other knob at its default;
+- ``random``, ``importance``, ``l0_target``, ``topk``: sweeps of one method at sparsities spread
+  evenly over the study's range (every prefix covers it), every other knob at its default;
 - ``l0_penalty``: Shim et al.'s recipe, a sweep over lambda (log-spread over [0.1, 10]), the
   sparsity being what lambda gives;
 - ``plain_tune``: Ray Tune with its ``OptunaSearch`` (TPE on both objectives, seeded) over the
@@ -62,7 +62,8 @@ from trainers.trial import TrialSetup, run_trial
 
 REPO = Path(__file__).resolve().parent.parent
 STUDY = REPO / "studies" / "tinyshakespeare.toml"
-ARMS = ("searched", "random", "importance", "l0_penalty", "plain_tune")
+SWEEPS = ("random", "importance", "l0_target", "topk")  # one method over the sparsity spread
+ARMS = ("searched", *SWEEPS, "l0_penalty", "plain_tune")
 LAMBDA_RANGE = (0.1, 10.0)
 
 
@@ -245,7 +246,7 @@ def run_seed(cfg, seed: int, arms: list[str], budget_s: float, artifacts: Path, 
         if arm.startswith("searched"):
             sampler = arm.partition("@")[2] or cfg.study.sampler
             found[arm] = searched_arm(cfg, seed, budget_s, artifacts, startup, sampler)
-        elif arm in ("random", "importance"):
+        elif arm in SWEEPS:
             found[arm] = sweep_arm(
                 setup,
                 lambda i, m=arm: TrialHParams(method=m, sparsity=spread.spread("sparsity", i)),
