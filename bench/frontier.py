@@ -14,7 +14,7 @@ shows what each arm used. Seeds side by side, e.g. on 2 cores:
 
 The arms:
 
-- ``searched@SAMPLER`` (e.g. ``searched@gp``): the same with ``[study] sampler = SAMPLER``,
+- ``searched@SAMPLER`` (e.g. ``searched@tpe_multivariate``): the same with ``[study] sampler = SAMPLER``,
   to compare the samplers side by side (the targets below are the plain ``searched`` arm's);
 - ``searched``: the default study as ``launch-study run --n-trials N`` runs it, N being the full
   trials the budget affords (Ray Tune + Optuna, early stopping as the study file says, the
@@ -148,14 +148,19 @@ class DefineByRun:
 
 class TrialTimeBudget(Stopper):
     """Ends the experiment once the finished trials' own seconds add up to the budget, and keeps
-    their points (runs in the driver; Tune's result files are off in this process, see runner)."""
+    their points (runs in the driver; Tune's result files are off in this process, see runner).
+    Tune hands a finished function trainable's last result to the stopper a second time: each
+    trial counts once (before December 2026 it counted twice, and plain Tune ran on about half
+    the budget)."""
 
     def __init__(self, budget_s: float) -> None:
         self.budget_s, self.spent, self.points = budget_s, 0.0, []
+        self.counted: set[str] = set()
 
     def __call__(self, trial_id: str, result: dict) -> bool:
-        self.spent += result.get("seconds", 0.0)
-        if "ppl" in result:
+        if "ppl" in result and trial_id not in self.counted:
+            self.counted.add(trial_id)
+            self.spent += result["seconds"]
             self.points.append({k: result[k] for k in ("method", "sparsity", "ppl", "params", "seconds")})
         return False
 

@@ -201,8 +201,9 @@ class StudyDriver:
         return budget is not None and self.trial_cpu_seconds >= budget
 
     def _enqueue_spread(self) -> None:
-        """Start-up trials take their sparsity from an even spread of its range and the numbers
-        at their defaults (``SearchSpace.start_point``), so a short study's front spans the range."""
+        """Start-up trials are a sweep of one method over an even spread of sparsity, its
+        settings at their defaults (``SearchSpace.start_point``), so a short study's front spans
+        the range with settings known to work."""
         trials = self.study.get_trials(deepcopy=False)
         if any(t.state == optuna.trial.TrialState.WAITING for t in trials):
             return  # a retry asked for earlier goes first

@@ -224,23 +224,20 @@ def _sampler(cfg: StudyConfig, opts: RunOptions, store: StudyStore) -> optuna.sa
 
 
 def make_sampler(kind: str, *, seed: int, startup: int) -> optuna.samplers.BaseSampler:
-    """``[study] sampler``. The start-up spread is enqueued trials, the same for every sampler;
-    ``startup`` tells the sampler how many to see before it models the results (NSGA-II: its
-    population, so its first generation is the spread)."""
-    samplers = optuna.samplers
-    if kind == "tpe_multivariate":
-        return samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True, group=True)
-    if kind == "nsga2":
-        return samplers.NSGAIISampler(seed=seed, population_size=max(2, startup))
-    if kind == "gp":
-        return samplers.GPSampler(seed=seed, n_startup_trials=startup, warn_independent_sampling=False)
-    return samplers.TPESampler(seed=seed, n_startup_trials=startup)
+    """``[study] sampler``. The start-up is enqueued trials, the same for every sampler;
+    ``startup`` tells the sampler how many to see before it models the results. TPE with
+    ``group=True`` models each define-by-run branch (a method's knobs) on the trials that have
+    it, so the dense control, which has no parameters, does not empty its joint model."""
+    multivariate = kind == "tpe_multivariate"
+    return optuna.samplers.TPESampler(
+        seed=seed, n_startup_trials=startup, multivariate=multivariate, group=multivariate
+    )
 
 
 def startup_trials(cfg: StudyConfig, n_trials: int) -> int:
-    """Trials spread over sparsity (the sampler choosing the rest at random) before it models the
-    results: ``[study] startup_trials``, else half the run's ``n_trials`` (``--n-trials`` when
-    given, else the study file's), at most 10."""
+    """The start-up, a sweep over sparsity (``SearchSpace.start_point``), before the sampler
+    models the results: ``[study] startup_trials``, else half the run's ``n_trials``
+    (``--n-trials`` when given, else the study file's), at most 10."""
     return cfg.study.startup_trials or min(10, n_trials // 2 + 1)
 
 

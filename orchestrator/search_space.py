@@ -171,24 +171,32 @@ class SearchSpace:
         return entry.high - (entry.high - entry.low) * fraction
 
     def start_point(self, index: int) -> dict[str, Any] | None:
-        """Fixed values for the ``index``-th start-up trial: sparsity from the even spread, every
-        searched number at its default where its range holds it (the papers' values), and every
-        list of choices at its first entry: the method listed first, with its switches as listed
-        first. The start-up is so a sweep of one method at known-good settings, the strongest
-        baseline a user would run without a search (BENCHMARKS.md, searched front), and the
-        sampler explores the other methods and numbers from there. None when sparsity is not a
-        float range."""
+        """Fixed values for the ``index``-th start-up trial, a sweep of one method: sparsity from
+        the even spread, every searched number at its default where its range holds it (the
+        papers' values), every other list of choices at the default if listed, else its first
+        entry, and the method listed first among those that take a sparsity target. Of the lists
+        only the method's order so matters: put first the method you would sweep without a
+        search (the default study: importance, BENCHMARKS.md). The sampler explores the other
+        methods and numbers after the start-up. None when sparsity is not a float range or no
+        searched method takes a target."""
         sparsity = self.spread("sparsity", index)
         if sparsity is None:
             return None
         point: dict[str, Any] = {"sparsity": sparsity}
+        takes_target = self.applies_to.get("sparsity")
+        methods = self.entries.get("method", Fixed(self.defaults.get("method"))).values()
+        swept = [m for m in methods if takes_target is None or m in takes_target]
+        if not swept:
+            return None
         for name, entry in self.entries.items():
             default = self.defaults.get(name)
             numeric = isinstance(entry, Range) and isinstance(default, (int, float))
-            if name != "sparsity" and numeric and entry.low <= default <= entry.high:
+            if name == "method" and isinstance(entry, Choices):
+                point[name] = swept[0]
+            elif name != "sparsity" and numeric and entry.low <= default <= entry.high:
                 point[name] = default
             elif isinstance(entry, Choices):
-                point[name] = entry.options[0]
+                point[name] = default if default in entry.options else entry.options[0]
         return point
 
     def searched(self) -> list[str]:
@@ -198,8 +206,12 @@ class SearchSpace:
         """The highest sparsity the space can ask for must leave min_heads_per_layer heads."""
         highest = max(self.entries["sparsity"].values())
         fewest = min(self.entries["min_heads_per_layer"].values())
+        # The first start-up trial asks for the highest sparsity with its own minimum per layer.
+        first = self.start_point(0) or {}
         try:
             check_reachable(heads_per_layer, highest, fewest)
+            if "min_heads_per_layer" in first:
+                check_reachable(heads_per_layer, first["sparsity"], first["min_heads_per_layer"])
         except ValueError as err:
             raise UserError(f"{where} sparsity: {err}") from None
 

@@ -22,19 +22,39 @@ def objective(trial: optuna.Trial) -> tuple[float, float]:
     return 1.0 + sparsity**2 + abs(lr - 3e-4) * 100 + penalty, 1.0 - sparsity
 
 
-@pytest.mark.parametrize("kind", SAMPLERS)
-def test_each_sampler_models_a_conditional_two_objective_space(kind):
+def study_with_a_dense_control(kind: str) -> optuna.Study:
+    """A study as ours: trial 0 a complete trial with no parameters (the dense control)."""
     study = optuna.create_study(
         directions=["minimize", "minimize"], sampler=make_sampler(kind, seed=0, startup=4)
     )
+    study.add_trial(optuna.trial.create_trial(values=[1.0, 1.0], params={}, distributions={}))
+    return study
+
+
+@pytest.mark.parametrize("kind", SAMPLERS)
+def test_each_sampler_models_a_conditional_two_objective_space(kind):
+    study = study_with_a_dense_control(kind)
     study.optimize(objective, n_trials=10)
-    assert len(study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))) == 10
+    assert len(study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))) == 11
     # After the start-up the sampler chose, and not always the same point.
-    assert len({t.params["sparsity"] for t in study.trials[4:]}) > 1
+    assert len({t.params["sparsity"] for t in study.trials[5:]}) > 1
+
+
+def test_the_joint_model_is_not_emptied_by_the_dense_controls_missing_parameters():
+    """Samplers that model the parameters every complete trial shares (Optuna's GP and NSGA-II)
+    would model nothing here and sample at random; grouped multivariate TPE models each branch."""
+    study = study_with_a_dense_control("tpe_multivariate")
+    study.optimize(objective, n_trials=6)
+    modelled = study.sampler.infer_relative_search_space(study, study.ask())
+    assert {"method", "sparsity", "lr", "gate_lr_mult"} <= set(modelled)
 
 
 def test_the_study_file_names_the_sampler(tmp_path):
     from helpers import SMOKE
 
+    from orchestrator.errors import UserError
+
     assert load_study_config(SMOKE).study.sampler == "tpe"
-    assert load_study_config(SMOKE, ["study.sampler=gp"]).study.sampler == "gp"
+    assert load_study_config(SMOKE, ["study.sampler=tpe_multivariate"]).study.sampler == "tpe_multivariate"
+    with pytest.raises(UserError, match="gp"):
+        load_study_config(SMOKE, ["study.sampler=gp"])

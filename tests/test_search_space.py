@@ -31,30 +31,64 @@ def test_no_spread_for_anything_but_a_linear_float_range(entry):
     assert SearchSpace({"sparsity": entry}).spread("sparsity", 0) is None
 
 
-def test_start_points_fix_sparsity_numbers_at_defaults_inside_their_range_and_choices_first():
+def test_start_points_sweep_the_first_listed_method_with_everything_else_at_defaults():
+    targets = ("l0_target", "random", "importance")
     space = SearchSpace(
         {
             "sparsity": Range(0.0, 0.8),
             "lr": Range(3e-4, 3e-3, log=True),
             "gate_lr_mult": Range(20.0, 200.0),
-            "method": Choices(("random", "l0_target")),
+            "method": Choices(("l0_penalty", "random", "l0_target")),
             "distill": Choices((True, False)),
+            "schedule_shape": Choices(("cubic", "exp")),
             "freeze_weights": Fixed(False),
         },
+        applies_to={"sparsity": targets},
         defaults={
             "sparsity": 0.5,
             "lr": 1e-3,
             "gate_lr_mult": 10.0,
             "method": "l0_target",
             "distill": False,
+            "schedule_shape": "linear",
             "freeze_weights": False,
         },
     )
-    # 10 is outside [20, 200]; the choices as listed first, not the trainer's defaults
-    first = {"lr": 1e-3, "method": "random", "distill": True}
+    # gate_lr_mult's default 10 is outside [20, 200]: sampled. The method: the first listed that
+    # takes a sparsity target (l0_penalty does not); a switch at its default (listed second); a
+    # list without the default at its first entry.
+    first = {"lr": 1e-3, "method": "random", "distill": False, "schedule_shape": "cubic"}
     assert space.start_point(0) == {"sparsity": 0.8, **first}
     assert space.start_point(1) == {"sparsity": 0.4, **first}
     assert SearchSpace({"sparsity": Fixed(0.5)}).start_point(0) is None
+
+
+@pytest.mark.parametrize("method", [Choices(("l0_penalty", "dense")), Fixed("l0_penalty")])
+def test_no_start_up_sweep_when_no_method_takes_a_sparsity_target(method):
+    space = SearchSpace(
+        {"sparsity": Range(0.1, 0.9), "method": method},
+        applies_to={"sparsity": ("l0_target", "random")},
+        defaults={"method": "l0_target"},
+    )
+    assert space.start_point(0) is None
+
+
+def test_the_first_start_up_trial_must_be_reachable_with_its_own_minimum_per_layer():
+    """``min_heads_per_layer = [3, 2]`` (the default, 1, not listed: the start-up takes 3) is
+    checked for what the first start-up trial asks for (the highest sparsity with 3 per layer),
+    not only for the fewest listed."""
+    from orchestrator.config import field_specs
+    from orchestrator.errors import UserError
+    from trainers.hparams import TrialHParams
+
+    table = {"sparsity": {"low": 0.1, "high": 0.75}, "min_heads_per_layer": [3, 2]}
+    space = SearchSpace.from_table("[search]", table, field_specs(TrialHParams))
+    assert space.start_point(0)["min_heads_per_layer"] == 3
+    with pytest.raises(UserError, match=r"\[search\] sparsity"):
+        space.check_reachable("[search]", [8, 8, 8, 8])  # 75% of 32 leaves 8: not 3 per layer
+    SearchSpace.from_table(
+        "[search]", {**table, "min_heads_per_layer": [2, 3]}, field_specs(TrialHParams)
+    ).check_reachable("[search]", [8, 8, 8, 8])
 
 
 def test_dense_control_takes_defaults_whatever_is_searched():
