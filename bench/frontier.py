@@ -222,12 +222,14 @@ def summarise(points: list[dict], dense: dict) -> dict:
 
 
 def mean_and_range(values: list[float | None]) -> str:
-    values = [v for v in values if v is not None]
-    if not values:
+    """Mean [min, max]; over the seeds that have a value, said when some have none."""
+    known = [v for v in values if v is not None]
+    if not known:
         return "-"
-    if len(values) == 1:
-        return f"{values[0]:.4f}"
-    return f"{statistics.mean(values):.4f} [{min(values):.4f}, {max(values):.4f}]"
+    some = f" ({len(known)} of {len(values)} seeds)" if len(known) < len(values) else ""
+    if len(known) == 1:
+        return f"{known[0]:.4f}{some}"
+    return f"{statistics.mean(known):.4f} [{min(known):.4f}, {max(known):.4f}]{some}"
 
 
 def run_seed(cfg, seed: int, arms: list[str], budget_s: float, artifacts: Path, inputs) -> dict:
@@ -343,7 +345,13 @@ def merge_seeds(saved: list[dict]) -> list[dict]:
             known = by_seed.setdefault(seed["seed"], {**seed, "arms": {}})
             if known["dense"]["ppl"] != seed["dense"]["ppl"]:
                 raise SystemExit(f"--merge: seed {seed['seed']}'s runs have different dense controls")
+            twice = set(known["arms"]) & set(seed["arms"])
+            if twice:
+                raise SystemExit(f"--merge: seed {seed['seed']} has arm(s) {', '.join(sorted(twice))} twice")
             known["arms"].update(seed["arms"])
+    arms = [set(by_seed[seed]["arms"]) for seed in by_seed]
+    if any(a != arms[0] for a in arms):
+        raise SystemExit("--merge: the seeds do not all have the same arms")
     return [by_seed[seed] for seed in sorted(by_seed)]
 
 
