@@ -67,18 +67,21 @@ ARMS = ("searched", *SWEEPS, "l0_penalty", "plain_tune")
 LAMBDA_RANGE = (0.1, 10.0)
 
 
-def point(result) -> dict:
+def point(result, hparams: dict) -> dict:
+    """A finished trial's point, with the settings it ran with (which of them moved a point is
+    what the comparison between arms has to explain)."""
     return {
         "method": result.method,
         "sparsity": result.sparsity,
         "ppl": result.val_perplexity,
         "params": result.n_params,
         "seconds": result.cpu_seconds,
+        "hparams": hparams,
     }
 
 
 def timed_trial(setup: TrialSetup, hp: TrialHParams) -> dict:
-    return point(run_trial(setup, hp))
+    return point(run_trial(setup, hp), hp.to_dict())
 
 
 def searched_arm(cfg, seed: int, budget_s: float, artifacts: Path, startup: int, sampler: str) -> list[dict]:
@@ -108,6 +111,7 @@ def searched_arm(cfg, seed: int, budget_s: float, artifacts: Path, startup: int,
                         "ppl": t.values[0],
                         "params": int(t.values[1]),
                         "seconds": t.user_attrs["cpu_seconds"],
+                        "hparams": t.user_attrs["hparams"],
                     }
                 )
             else:  # stopped early: its compute counts, it has no final point
@@ -161,7 +165,9 @@ class TrialTimeBudget(Stopper):
         if "ppl" in result and trial_id not in self.counted:
             self.counted.add(trial_id)
             self.spent += result["seconds"]
-            self.points.append({k: result[k] for k in ("method", "sparsity", "ppl", "params", "seconds")})
+            self.points.append(
+                {k: result[k] for k in ("method", "sparsity", "ppl", "params", "seconds", "hparams")}
+            )
         return False
 
     def stop_all(self) -> bool:
@@ -176,8 +182,9 @@ def plain_tune_arm(cfg, setup: TrialSetup, seed: int, budget_s: float) -> list[d
 
     def trainable(config: dict) -> None:
         torch.set_num_threads(max(1, int(cfg.study.cpus_per_trial)))
-        result = run_trial(setup, TrialHParams(**{**cfg.search.control_point(), **config}))
-        tune.report(point(result) | {"val_perplexity": result.val_perplexity})
+        hparams = TrialHParams(**{**cfg.search.control_point(), **config})
+        result = run_trial(setup, hparams)
+        tune.report(point(result, hparams.to_dict()) | {"val_perplexity": result.val_perplexity})
 
     cpus = max(1, math.ceil(cfg.study.cpus_per_trial))
     ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
