@@ -18,7 +18,8 @@ The arms:
   to compare the samplers side by side (the targets below are the plain ``searched`` arm's);
 - ``searched``: the default study as ``launch-study run --n-trials N`` runs it, N being the full
   trials the budget affords (Ray Tune + Optuna, early stopping as the study file says, the
-  controlled dense control, a start-up spread of N/2 + 1 trials, at most 10);
+  controlled dense control, a start-up sweep of the first listed method over N/2 + 1
+  sparsities, at most 10, then the sampler);
 - ``random``, ``importance``, ``l0_target``, ``topk``: sweeps of one method at sparsities spread
   evenly over the study's range (every prefix covers it), every other knob at its default;
 - ``l0_penalty``: Shim et al.'s recipe, a sweep over lambda (log-spread over [0.1, 10]), the
