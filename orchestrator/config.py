@@ -112,7 +112,7 @@ class StudyConfig:
     raw: dict[str, Any] = field(default_factory=dict)  # the merged TOML, stored with the study
 
 
-SECTIONS = ("study", "corpus", "model", "pretrain", "trial", "search", "early_stopping")
+SECTIONS = ("study", "corpus", "model", "pretrain", "trial", "search", "startup", "early_stopping")
 
 
 def _table(where: str, table: Any, specs: dict[str, dict]) -> dict[str, Any]:
@@ -180,7 +180,9 @@ def load_study_config(path: str | Path, overrides: list[str] = ()) -> StudyConfi
     # A user's model is the dense checkpoint as it is, unless [pretrain] asks for more training.
     keep_as_is = bool(model["path"]) and "steps" not in raw.get("pretrain", {})
     budget = _table(f"{path}: [trial]", raw.get("trial", {}), field_specs(TrialBudget))
-    search = SearchSpace.from_table(f"{path}: [search]", raw.get("search", {}), field_specs(TrialHParams))
+    specs = field_specs(TrialHParams)
+    search = SearchSpace.from_table(f"{path}: [search]", raw.get("search", {}), specs)
+    search = search.with_startup(f"{path}: [startup]", raw.get("startup", {}), specs)
     if not model["path"]:  # a user's model's heads are known once its config is read
         search.check_reachable(f"{path}: [search]", [model["n_head"]] * model["n_layer"])
     early = _table(f"{path}: [early_stopping]", raw.get("early_stopping", {}), field_specs(EarlyStopping))

@@ -5,13 +5,14 @@
     gate_init = 2.0                               # fixed
 
 Values are suggested define-by-run on an Optuna trial; fixed ones are not suggested, so they stay
-out of the sampler's space but are passed to every trial.
+out of the sampler's space but are passed to every trial. The ``[startup]`` table fixes settings
+for the start-up sweep only (``SearchSpace.with_startup``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
@@ -104,6 +105,7 @@ class SearchSpace:
     # hyperparameter -> the methods it applies to (None: every method)
     applies_to: dict[str, tuple | None] = field(default_factory=dict)
     defaults: dict[str, Any] = field(default_factory=dict)  # the trainer's own values
+    startup: dict[str, Any] = field(default_factory=dict)  # [startup]: the start-up sweep's settings
 
     @classmethod
     def from_table(cls, where: str, table: Any, specs: dict[str, dict]) -> SearchSpace:
@@ -172,32 +174,75 @@ class SearchSpace:
 
     def start_point(self, index: int) -> dict[str, Any] | None:
         """Fixed values for the ``index``-th start-up trial, a sweep of one method: sparsity from
-        the even spread, every searched number at its default where its range holds it (the
-        papers' values), every other list of choices at the default if listed, else its first
-        entry, and the method listed first among those that take a sparsity target. Of the lists
-        only the method's order so matters: put first the method you would sweep without a
-        search (the default study: importance, BENCHMARKS.md). The sampler explores the other
-        methods and numbers after the start-up. None when sparsity is not a float range or no
-        searched method takes a target."""
+        the even spread; a setting ``[startup]`` names as it says; every other searched number at
+        its default where its range holds it (the papers' values), every other list of choices
+        at the default if listed, else its first entry, and the method listed first among those
+        that take a sparsity target. Put first the method you would sweep without a search (the
+        default study: importance, BENCHMARKS.md), and in ``[startup]`` what a default does not
+        get right for a pruned model (the default study: its learning rate). The sampler
+        explores the other methods and numbers after the start-up. None when sparsity is not a
+        float range or no searched method takes a target."""
         sparsity = self.spread("sparsity", index)
-        if sparsity is None:
+        method = self.startup_method()
+        if sparsity is None or method is None:
             return None
         point: dict[str, Any] = {"sparsity": sparsity}
-        takes_target = self.applies_to.get("sparsity")
-        methods = self.entries.get("method", Fixed(self.defaults.get("method"))).values()
-        swept = [m for m in methods if takes_target is None or m in takes_target]
-        if not swept:
-            return None
         for name, entry in self.entries.items():
             default = self.defaults.get(name)
             numeric = isinstance(entry, Range) and isinstance(default, (int, float))
-            if name == "method" and isinstance(entry, Choices):
-                point[name] = swept[0]
-            elif name != "sparsity" and numeric and entry.low <= default <= entry.high:
+            if name == "sparsity":
+                continue
+            if name in self.startup:
+                point[name] = self.startup[name]
+            elif name == "method" and isinstance(entry, Choices):
+                point[name] = method
+            elif numeric and entry.low <= default <= entry.high:
                 point[name] = default
             elif isinstance(entry, Choices):
                 point[name] = default if default in entry.options else entry.options[0]
         return point
+
+    def startup_method(self) -> str | None:
+        """The method the start-up sweeps: ``[startup] method``, else the first listed in
+        ``[search] method`` that takes a sparsity target; None when none does."""
+        if "method" in self.startup:
+            return self.startup["method"]
+        takes_target = self.applies_to.get("sparsity")
+        methods = self.entries.get("method", Fixed(self.defaults.get("method"))).values()
+        swept = [m for m in methods if takes_target is None or m in takes_target]
+        return swept[0] if swept else None
+
+    def with_startup(self, where: str, table: Any, specs: dict[str, dict]) -> SearchSpace:
+        """This space with ``[startup]``'s settings for the start-up sweep, checked against
+        ``[search]``: each must be a value the sampler could have chosen (inside its range, among
+        its choices, equal to a fixed value), so that TPE models the start-up's results like any
+        other trial's, and must apply to the swept method. Sparsity is the spread's, not a
+        setting."""
+        if not isinstance(table, dict):
+            raise UserError(f"{where}: must be a table")
+        values: dict[str, Any] = {}
+        for name, value in table.items():
+            if name not in specs:
+                raise UserError(f"{where}: unknown hyperparameter {name!r}{closest(name, specs)}")
+            if name == "sparsity":
+                raise UserError(f"{where} sparsity: the start-up spreads it over [search]'s range; remove it")
+            values[name] = check_value(f"{where} {name}", value, specs[name])
+        space = replace(self, startup=values)
+        method = space.startup_method()
+        for name in sorted(values, key=lambda n: n != "method"):  # the method first: the others apply to it
+            at, value, entry = f"{where} {name}", values[name], self.entries[name]
+            applies = self.applies_to.get(name if name != "method" else "sparsity")
+            if method is not None and applies is not None and method not in applies:
+                if name == "method":
+                    raise UserError(f"{at}: {method!r} takes no sparsity target, which the start-up sweeps")
+                raise UserError(f"{at}: does not apply to {method!r}, the start-up's method")
+            if isinstance(entry, Fixed) and value != entry.value:
+                raise UserError(f"{at}: [search] does not search it (every trial takes {entry.value!r})")
+            if isinstance(entry, Choices) and value not in entry.options:
+                raise UserError(f"{at}: {value!r} is not among [search] {name}'s {list(entry.options)}")
+            if isinstance(entry, Range) and not entry.low <= value <= entry.high:
+                raise UserError(f"{at}: {value!r} is outside [search] {name} [{entry.low}, {entry.high}]")
+        return space
 
     def searched(self) -> list[str]:
         return [n for n, e in self.entries.items() if not isinstance(e, Fixed)]

@@ -121,6 +121,18 @@ CASES = {
         ["tokenizer = 'model'", "path"],
     ),
     "unknown tokenizer": (None, ["--set", "corpus.tokenizer=words"], ["[corpus] tokenizer", "'words'"]),
+    # [startup]: settings of the start-up sweep, each one the sampler could have chosen.
+    "start-up value outside the searched range": (
+        None,
+        ["--set", "startup.lr=0.1"],
+        ["[startup] lr", "outside [search] lr"],
+    ),
+    "start-up sparsity": (None, ["--set", "startup.sparsity=0.5"], ["[startup] sparsity", "spreads it"]),
+    "start-up knob of another method": (
+        None,
+        ["--set", "startup.importance_step=0.2"],
+        ["[startup] importance_step", "does not apply to 'l0_target'"],
+    ),
 }
 
 

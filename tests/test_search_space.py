@@ -63,6 +63,69 @@ def test_start_points_sweep_the_first_listed_method_with_everything_else_at_defa
     assert SearchSpace({"sparsity": Fixed(0.5)}).start_point(0) is None
 
 
+def startup_space(startup: dict) -> SearchSpace:
+    from orchestrator.config import field_specs
+    from trainers.hparams import TrialHParams
+
+    table = {
+        "method": ["importance", "l0_target", "random"],
+        "sparsity": {"low": 0.1, "high": 0.9},
+        "lr": {"low": 1e-4, "high": 1e-2, "log": True},
+        "distill": [False, True],
+        "gate_lr_mult": {"low": 10.0, "high": 100.0, "log": True},
+        "min_heads_per_layer": 1,
+    }
+    specs = field_specs(TrialHParams)
+    space = SearchSpace.from_table("s.toml: [search]", table, specs)
+    return space.with_startup("s.toml: [startup]", startup, specs)
+
+
+def test_startup_table_sets_the_sweeps_settings_and_nothing_else():
+    """[startup] lr = 3e-3 (a pruned model's rate, not the dense control's 3e-4): the sweep
+    takes it; the other knobs keep the default rule, the dense control and the sampler's space
+    are untouched."""
+    plain, tuned = startup_space({}), startup_space({"lr": 3e-3})
+    assert plain.start_point(0)["lr"] == 3e-4  # the trainer's default
+    assert tuned.start_point(0) == {**plain.start_point(0), "lr": 3e-3}
+    assert tuned.start_point(1)["sparsity"] == plain.start_point(1)["sparsity"]
+    assert tuned.control_point() == plain.control_point()
+    assert tuned.entries == plain.entries
+    swept = startup_space({"method": "l0_target", "gate_lr_mult": 20.0}).start_point(0)
+    assert (swept["method"], swept["gate_lr_mult"]) == ("l0_target", 20.0)
+
+
+@pytest.mark.parametrize(
+    "startup, fragment",
+    [
+        ({"lr": 0.1}, "outside [search] lr"),
+        ({"method": "topk"}, "not among [search] method"),
+        ({"method": "l0_penalty"}, "takes no sparsity target"),
+        ({"min_heads_per_layer": 2}, "[search] does not search it (every trial takes 1)"),
+        ({"sparsity": 0.5}, "spreads it over"),
+        ({"gate_lr_mult": 20.0}, "does not apply to 'importance'"),
+        ({"lrr": 1e-3}, "did you mean 'lr'"),
+        ({"distill": "yes"}, "expected bool"),
+    ],
+)
+def test_startup_table_refuses_what_the_sampler_could_not_have_chosen(startup, fragment):
+    from orchestrator.errors import UserError
+
+    with pytest.raises(UserError, match=r"s\.toml: \[startup\]") as err:
+        startup_space(startup)
+    assert fragment in str(err.value)
+
+
+def test_a_startup_method_without_a_sparsity_target_is_refused():
+    from orchestrator.config import field_specs
+    from orchestrator.errors import UserError
+    from trainers.hparams import TrialHParams
+
+    specs = field_specs(TrialHParams)
+    space = SearchSpace.from_table("[search]", {"method": ["l0_penalty", "random"]}, specs)
+    with pytest.raises(UserError, match="takes no sparsity target"):
+        space.with_startup("[startup]", {"method": "l0_penalty"}, specs)
+
+
 @pytest.mark.parametrize("method", [Choices(("l0_penalty", "dense")), Fixed("l0_penalty")])
 def test_no_start_up_sweep_when_no_method_takes_a_sparsity_target(method):
     space = SearchSpace(
@@ -134,7 +197,7 @@ def test_the_start_up_spread_follows_the_runs_n_trials_and_the_study_files_overr
 
 def test_the_default_studys_start_up_is_a_sweep_of_its_first_method_then_the_sampler_chooses(tmp_path):
     """Through the driver that Tune's searcher asks: the dense control, then the start-up trials
-    (importance, listed first in the default study, at the trainer's defaults and the spread's
+    (importance, listed first in the default study, at [startup]'s lr, the defaults and the spread's
     sparsities), then trials the sampler chooses (their settings sampled, not the defaults)."""
     import optuna
     from helpers import REPO
@@ -160,7 +223,9 @@ def test_the_default_studys_start_up_is_a_sweep_of_its_first_method_then_the_sam
     start_up = asked[1:4]
     assert [h["method"] for h in start_up] == ["importance"] * 3
     assert [h["sparsity"] for h in start_up] == [0.875, 0.4625, 0.66875]
-    assert all(h["lr"] == 3e-4 and h["distill"] is False for h in start_up)
+    # [startup] lr = 3e-3 (a pruned model's rate); the dense control keeps the default 3e-4
+    assert all(h["lr"] == 3e-3 and h["distill"] is False for h in start_up)
+    assert asked[0]["lr"] == 3e-4
     later = asked[4:]
-    assert len({h["lr"] for h in later}) == len(later)  # sampled, none at the default
+    assert len({h["lr"] for h in later}) == len(later)  # sampled, none at the start-up's
     assert len({h["method"] for h in later}) > 1  # the sampler explores the other methods
