@@ -21,9 +21,10 @@ The arms:
   controlled dense control, a start-up sweep of the first listed method over N/2 + 1
   sparsities, at most 10, then the sampler);
 - ``random``, ``importance``, ``l0_target``, ``topk``: sweeps of one method at sparsities spread
-  evenly over the study's range (every prefix covers it), every other knob at its default;
+  evenly over the study's range (every prefix covers it), every other knob as the searched
+  study's start-up sets it (``[startup]``, else its default): the start-up run on with one method;
 - ``l0_penalty``: Shim et al.'s recipe, a sweep over lambda (log-spread over [0.1, 10]), the
-  sparsity being what lambda gives;
+  sparsity being what lambda gives, the other knobs as the sweeps';
 - ``plain_tune``: Ray Tune with its ``OptunaSearch`` (TPE on both objectives, seeded) over the
   same search space, no early stopping, no dense control, no start-up spread: a user's own
   search.
@@ -47,6 +48,7 @@ import statistics
 import tempfile
 import uuid
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import optuna
@@ -57,7 +59,7 @@ from bench.common import print_json, print_table
 from orchestrator.config import SAMPLERS, load_study_config
 from orchestrator.report import normalised_hypervolume
 from orchestrator.runner import RunOptions, prepare_inputs, run_study, startup_trials, study_dense_checkpoint
-from orchestrator.search_space import Range, SearchSpace
+from orchestrator.search_space import Fixed, Range, SearchSpace
 from trainers.hparams import TrialHParams
 from trainers.trial import TrialSetup, run_trial
 
@@ -120,10 +122,22 @@ def searched_arm(cfg, seed: int, budget_s: float, artifacts: Path, startup: int,
         return points
 
 
-def l0_penalty_at(index: int) -> TrialHParams:
-    """The ``index``-th lambda of an even spread of log(lambda) over LAMBDA_RANGE."""
+def sweep_hparams(space: SearchSpace, method: str, index: int, **values) -> TrialHParams:
+    """The searched study's ``index``-th start-up trial (``SearchSpace.start_point``: the even
+    spread's sparsity, ``[startup]``'s settings, defaults) with ``method`` swept instead, the
+    study's fixed values kept: a sweep is the study's own start-up run on with one method, so
+    the searched arm's edge over it is what the sampler and early stopping add."""
+    fixed = {name: entry.value for name, entry in space.entries.items() if isinstance(entry, Fixed)}
+    point = {**fixed, **(space.start_point(index) or {}), "method": method, **values}
+    applies = {name: space.applies_to.get(name) for name in point}
+    return TrialHParams(**{k: v for k, v in point.items() if applies[k] is None or method in applies[k]})
+
+
+def l0_penalty_at(space: SearchSpace, index: int) -> TrialHParams:
+    """The ``index``-th lambda of an even spread of log(lambda) over LAMBDA_RANGE, the other
+    settings as a sweep's."""
     log_range = SearchSpace({"x": Range(*(math.log(v) for v in LAMBDA_RANGE))})
-    return TrialHParams(method="l0_penalty", l0_lambda=math.exp(log_range.spread("x", index)))
+    return sweep_hparams(space, "l0_penalty", index, l0_lambda=math.exp(log_range.spread("x", index)))
 
 
 def sweep_arm(setup: TrialSetup, hparams_at, budget_s: float, dense: dict) -> list[dict]:
@@ -242,8 +256,6 @@ def mean_and_range(values: list[float | None]) -> str:
 
 def run_seed(cfg, seed: int, arms: list[str], budget_s: float, artifacts: Path, inputs) -> dict:
     corpus, checkpoint = inputs
-    sparsity = cfg.search.entries["sparsity"]
-    spread = SearchSpace({"sparsity": sparsity, "l0_lambda": Range(*LAMBDA_RANGE)})
     setup = TrialSetup(corpus, checkpoint, cfg.budget, seed)
     dense = timed_trial(setup, TrialHParams(**cfg.search.control_point()))
     # The searched arm as a user would run it on this budget: --n-trials = the full trials it
@@ -262,14 +274,10 @@ def run_seed(cfg, seed: int, arms: list[str], budget_s: float, artifacts: Path, 
             sampler = arm.partition("@")[2] or cfg.study.sampler
             found[arm] = searched_arm(cfg, seed, budget_s, artifacts, startup, sampler)
         elif arm in SWEEPS:
-            found[arm] = sweep_arm(
-                setup,
-                lambda i, m=arm: TrialHParams(method=m, sparsity=spread.spread("sparsity", i)),
-                budget_s,
-                dense,
-            )
+            sweep = partial(sweep_hparams, cfg.search, arm)
+            found[arm] = sweep_arm(setup, sweep, budget_s, dense)
         elif arm == "l0_penalty":
-            found[arm] = sweep_arm(setup, l0_penalty_at, budget_s, dense)
+            found[arm] = sweep_arm(setup, partial(l0_penalty_at, cfg.search), budget_s, dense)
         elif arm == "plain_tune":
             found[arm] = [dense, *plain_tune_arm(cfg, setup, seed, budget_s - dense["seconds"])]
     return {"seed": seed, "dense": dense, "arms": found}

@@ -2,6 +2,7 @@
 
     python -m bench.methods                      # the full table (about 45 minutes on 2 cores)
     python -m bench.methods --quick              # a minute: tiny budgets, to check it runs
+    python -m bench.methods --families gpt --methods importance --lr 3e-4,3e-3 --seeds 3
 
 Prints one table per family (val perplexity relative to the dense control, lower is better) and
 one JSON line with every number.
@@ -57,7 +58,12 @@ def main() -> None:
         help="0: the default study's [pretrain] (trained until converged; shipped for gpt), else a "
         "cosine run of this many steps (the earlier, unconverged regime was 1500)",
     )
-    parser.add_argument("--lr", type=float, default=TrialHParams().lr)
+    parser.add_argument(
+        "--lr",
+        default=str(TrialHParams().lr),
+        help="the weights' learning rate, or several (3e-4,3e-3): a row per method and rate; the "
+        "dense control keeps the trainer's default, as a study's does",
+    )
     parser.add_argument("--artifacts", type=Path, default=REPO / "runs" / "artifacts")
     parser.add_argument("--quick", action="store_true", help="tiny budgets: checks that it runs")
     args = parser.parse_args()
@@ -73,6 +79,7 @@ def main() -> None:
         eval_tokens=study.budget.eval_tokens,
     )
     sparsities = [float(s) for s in args.sparsities.split(",")]
+    lrs = [float(lr) for lr in args.lr.split(",")]
     methods = args.methods.split(",")
     seeds = range(args.seeds)
     report: dict = {"budget": budget.__dict__, "threads": torch.get_num_threads(), "families": {}}
@@ -85,19 +92,18 @@ def main() -> None:
         setups = [TrialSetup(corpus, dense, budget, seed=seed) for seed in seeds]
         start = time.perf_counter()
         control_per_seed = [
-            run_trial(setup, TrialHParams(method="dense", sparsity=0.0, lr=args.lr)).val_perplexity
-            for setup in setups
+            run_trial(setup, TrialHParams(method="dense", sparsity=0.0)).val_perplexity for setup in setups
         ]
         control = statistics.mean(control_per_seed)
         rows: dict[str, dict[float, dict]] = {}
-        for name in methods:
-            rows[name] = {}
+        for name, lr in [(name, lr) for name in methods for lr in lrs]:
+            row = rows.setdefault(name if len(lrs) == 1 else f"{name} lr={lr:g}", {})
             for s in sparsities:
-                frozen_rate = {"gate_lr_mult": 0.05 / args.lr} if METHODS[name].get("freeze_weights") else {}
-                hp = TrialHParams(**{"sparsity": s, "lr": args.lr, **METHODS[name], **frozen_rate})
+                frozen_rate = {"gate_lr_mult": 0.05 / lr} if METHODS[name].get("freeze_weights") else {}
+                hp = TrialHParams(**{"sparsity": s, "lr": lr, **METHODS[name], **frozen_rate})
                 results = [run_trial(setup, hp) for setup in setups]
                 ppl = [r.val_perplexity for r in results]
-                rows[name][s] = {
+                row[s] = {
                     "ppl": statistics.mean(ppl),
                     "ppl_per_seed": ppl,
                     "ratio": statistics.mean(ppl) / control,
@@ -106,7 +112,7 @@ def main() -> None:
                     "heads_per_layer": [r.heads_per_layer for r in results],
                     "seconds": statistics.mean(sum(r.phase_seconds.values()) for r in results),
                 }
-                print(f"  {family} {name} {s}: ppl {[round(p, 3) for p in ppl]}", flush=True)
+                print(f"  {family} {name} lr {lr:g} {s}: ppl {[round(p, 3) for p in ppl]}", flush=True)
         report["families"][family] = {
             "dense_pretrained_ppl": dense.val_perplexity,
             "dense_control_ppl": control,
