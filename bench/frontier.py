@@ -18,8 +18,9 @@ The arms:
   to compare the samplers side by side (the targets below are the plain ``searched`` arm's);
 - ``searched``: the default study as ``launch-study run --n-trials N`` runs it, N being the full
   trials the budget affords (Ray Tune + Optuna, early stopping as the study file says, the
-  controlled dense control, a start-up sweep of the first listed method over N/2 + 1
-  sparsities, at most 10, then the sampler);
+  controlled dense control, a start-up sweep over N/2 + 1 sparsities, at most 10, of
+  ``[startup] method``, else the first listed method, at ``[startup]``'s settings, then the
+  sampler);
 - ``random``, ``importance``, ``l0_target``, ``topk``: sweeps of one method at sparsities spread
   evenly over the study's range (every prefix covers it), every other knob as the searched
   study's start-up sets it (``[startup]``, else its default): the start-up run on with one method;
@@ -59,7 +60,7 @@ from bench.common import print_json, print_table
 from orchestrator.config import SAMPLERS, load_study_config
 from orchestrator.report import normalised_hypervolume
 from orchestrator.runner import RunOptions, prepare_inputs, run_study, startup_trials, study_dense_checkpoint
-from orchestrator.search_space import Fixed, Range, SearchSpace
+from orchestrator.search_space import Range, SearchSpace
 from trainers.hparams import TrialHParams
 from trainers.trial import TrialSetup, run_trial
 
@@ -123,14 +124,11 @@ def searched_arm(cfg, seed: int, budget_s: float, artifacts: Path, startup: int,
 
 
 def sweep_hparams(space: SearchSpace, method: str, index: int, **values) -> TrialHParams:
-    """The searched study's ``index``-th start-up trial (``SearchSpace.start_point``: the even
-    spread's sparsity, ``[startup]``'s settings, defaults) with ``method`` swept instead, the
-    study's fixed values kept: a sweep is the study's own start-up run on with one method, so
-    the searched arm's edge over it is what the sampler and early stopping add."""
-    fixed = {name: entry.value for name, entry in space.entries.items() if isinstance(entry, Fixed)}
-    point = {**fixed, **(space.start_point(index) or {}), "method": method, **values}
-    applies = {name: space.applies_to.get(name) for name in point}
-    return TrialHParams(**{k: v for k, v in point.items() if applies[k] is None or method in applies[k]})
+    """The searched study's ``index``-th start-up trial (the even spread's sparsity,
+    ``[startup]``'s settings, defaults) with ``method`` swept instead: a sweep is the study's own
+    start-up run on with one method, so the searched arm's edge over it is what the sampler and
+    early stopping add."""
+    return TrialHParams(**space.sweep_point(method, index, **values))
 
 
 def l0_penalty_at(space: SearchSpace, index: int) -> TrialHParams:

@@ -79,10 +79,10 @@ def main() -> None:
         eval_tokens=study.budget.eval_tokens,
     )
     sparsities = [float(s) for s in args.sparsities.split(",")]
-    lrs = [float(lr) for lr in args.lr.split(",")]
+    lrs = list(dict.fromkeys(float(lr) for lr in args.lr.split(",")))
     methods = args.methods.split(",")
     seeds = range(args.seeds)
-    report: dict = {"budget": budget.__dict__, "threads": torch.get_num_threads(), "families": {}}
+    report: dict = {"budget": budget.__dict__, "threads": torch.get_num_threads(), "lrs": lrs, "families": {}}
     for family in args.families.split(","):
         cfg = ModelConfig(vocab_size=corpus.vocab_size, family=family)
         pretrain = PretrainConfig(steps=args.pretrain_steps) if args.pretrain_steps else study.pretrain

@@ -34,6 +34,7 @@ FIXED = [
     "search.schedule_warmup=0.5",
     "search.distill=false",
     "search.freeze_weights=false",
+    "startup.lr=1e-3",  # the study's [startup] lr must match a fixed [search] lr
 ]
 
 

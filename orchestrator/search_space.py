@@ -73,6 +73,15 @@ class Range:
     def values(self) -> list[float]:
         return [self.low, self.high]
 
+    def holds(self, value: Any) -> bool:
+        """A value the sampler could choose: inside the range and, with a step, on its grid."""
+        if not isinstance(value, (int, float)) or not self.low <= value <= self.high:
+            return False
+        if self.step or self.integer:
+            steps = (value - self.low) / (self.step or 1)
+            return math.isclose(steps, round(steps), abs_tol=1e-9)
+        return True
+
 
 @dataclass(frozen=True)
 class Choices:
@@ -84,6 +93,9 @@ class Choices:
     def values(self) -> list:
         return list(self.options)
 
+    def holds(self, value: Any) -> bool:
+        return value in self.options
+
 
 @dataclass(frozen=True)
 class Fixed:
@@ -94,6 +106,9 @@ class Fixed:
 
     def values(self) -> list:
         return [self.value]
+
+    def holds(self, value: Any) -> bool:
+        return value == self.value
 
 
 RANGE_KEYS = ("low", "high", "log", "step")
@@ -140,7 +155,7 @@ class SearchSpace:
                 continue
             if name in overrides:
                 values[name] = overrides[name]
-            elif self.applies_to.get(name) is None or method in self.applies_to[name]:
+            elif self.applies(name, method):
                 values[name] = entry.suggest(trial, name)
             # else: another method's knob, left out (not in the sampler's space, nor the record)
         return values
@@ -148,14 +163,31 @@ class SearchSpace:
     def control_point(self) -> dict[str, Any]:
         """The dense control's hyperparameters, with nothing sampled: a value the study file
         fixes applies to it as to every trial, a searched one takes the trainer's default (lr
-        1e-3, no distillation). The reference every ratio is taken against so stays put from
-        study to study. Only the knobs that apply to ``dense`` are kept, as ``suggest`` does."""
+        3e-4, no distillation; not ``[startup]``'s). The reference every ratio is taken against
+        so stays put from study to study. Only the knobs that apply to ``dense`` are kept, as
+        ``suggest`` does."""
         values = {"method": "dense", "sparsity": 0.0}
         for name, entry in self.entries.items():
-            applies = self.applies_to.get(name)
-            if name not in values and (applies is None or "dense" in applies):
+            if name not in values and self.applies(name, "dense"):
                 values[name] = entry.value if isinstance(entry, Fixed) else self.defaults[name]
         return values
+
+    def applies(self, name: str, method: str) -> bool:
+        """Whether hyperparameter ``name`` is one of ``method``'s knobs (else it is left out of
+        that method's trials, their record and the sampler's space)."""
+        methods = self.applies_to.get(name)
+        return methods is None or method in methods
+
+    def sweep_point(self, method: str, index: int, **values: Any) -> dict[str, Any]:
+        """Every hyperparameter of the ``index``-th start-up trial with ``method`` swept instead
+        (its fixed values included, other methods' knobs left out): a single-method sweep that
+        is the study's own start-up run on (``bench.frontier``)."""
+        point = self.start_point(index)
+        if point is None:
+            raise ValueError("the study has no start-up sweep ([search] sparsity is not a linear range)")
+        fixed = {name: entry.value for name, entry in self.entries.items() if isinstance(entry, Fixed)}
+        point = {**fixed, **point, "method": method, **values}
+        return {name: value for name, value in point.items() if self.applies(name, method)}
 
     def spread(self, name: str, index: int) -> float | None:
         """The ``index``-th of a sequence of values that cover ``name``'s range evenly at every
@@ -196,7 +228,7 @@ class SearchSpace:
                 point[name] = self.startup[name]
             elif name == "method" and isinstance(entry, Choices):
                 point[name] = method
-            elif numeric and entry.low <= default <= entry.high:
+            elif numeric and entry.holds(default):
                 point[name] = default
             elif isinstance(entry, Choices):
                 point[name] = default if default in entry.options else entry.options[0]
@@ -223,25 +255,32 @@ class SearchSpace:
         values: dict[str, Any] = {}
         for name, value in table.items():
             if name not in specs:
-                raise UserError(f"{where}: unknown hyperparameter {name!r}{closest(name, specs)}")
+                hint = "; the number of start-up trials is [study] startup_trials" if "trials" in name else ""
+                raise UserError(f"{where}: unknown hyperparameter {name!r}{closest(name, specs)}{hint}")
             if name == "sparsity":
                 raise UserError(f"{where} sparsity: the start-up spreads it over [search]'s range; remove it")
             values[name] = check_value(f"{where} {name}", value, specs[name])
         space = replace(self, startup=values)
         method = space.startup_method()
+        sweeps = space.start_point(0) is not None
         for name in sorted(values, key=lambda n: n != "method"):  # the method first: the others apply to it
             at, value, entry = f"{where} {name}", values[name], self.entries[name]
-            applies = self.applies_to.get(name if name != "method" else "sparsity")
-            if method is not None and applies is not None and method not in applies:
+            if method is not None and not self.applies("sparsity" if name == "method" else name, method):
                 if name == "method":
                     raise UserError(f"{at}: {method!r} takes no sparsity target, which the start-up sweeps")
-                raise UserError(f"{at}: does not apply to {method!r}, the start-up's method")
+                raise UserError(f"{at}: does not apply to {method!r}, the start-up's method; remove it")
             if isinstance(entry, Fixed) and value != entry.value:
-                raise UserError(f"{at}: [search] does not search it (every trial takes {entry.value!r})")
-            if isinstance(entry, Choices) and value not in entry.options:
-                raise UserError(f"{at}: {value!r} is not among [search] {name}'s {list(entry.options)}")
-            if isinstance(entry, Range) and not entry.low <= value <= entry.high:
-                raise UserError(f"{at}: {value!r} is outside [search] {name} [{entry.low}, {entry.high}]")
+                raise UserError(
+                    f"{at}: {value!r}, but [search] gives every trial {entry.value!r}; set both alike "
+                    f"(--set startup.{name}=...) or search {name}"
+                )
+            if not entry.holds(value):
+                raise UserError(f"{at}: {value!r} is not a value [search] {name} allows ({_describe(entry)})")
+            if not sweeps and not isinstance(entry, Fixed):
+                raise UserError(
+                    f"{at}: the study has no start-up sweep ([search] sparsity is not a linear range, or "
+                    "no searched method takes a sparsity target); remove it"
+                )
         return space
 
     def searched(self) -> list[str]:
@@ -251,14 +290,24 @@ class SearchSpace:
         """The highest sparsity the space can ask for must leave min_heads_per_layer heads."""
         highest = max(self.entries["sparsity"].values())
         fewest = min(self.entries["min_heads_per_layer"].values())
-        # The first start-up trial asks for the highest sparsity with its own minimum per layer.
-        first = self.start_point(0) or {}
         try:
             check_reachable(heads_per_layer, highest, fewest)
-            if "min_heads_per_layer" in first:
-                check_reachable(heads_per_layer, first["sparsity"], first["min_heads_per_layer"])
         except ValueError as err:
             raise UserError(f"{where} sparsity: {err}") from None
+        # The first start-up trial asks for the highest sparsity with its own minimum per layer.
+        first = self.start_point(0) or {}
+        if "min_heads_per_layer" in first:
+            try:
+                check_reachable(heads_per_layer, first["sparsity"], first["min_heads_per_layer"])
+            except ValueError as err:
+                raise UserError(f"{where} sparsity, the start-up's first trial: {err}") from None
+
+
+def _describe(entry: Range | Choices | Fixed) -> str:
+    if isinstance(entry, Range):
+        grid = f" in steps of {entry.step:g}" if entry.step else ""
+        return f"{'integers ' if entry.integer else ''}from {entry.low:g} to {entry.high:g}{grid}"
+    return f"one of {list(entry.values())}"
 
 
 def _range(at: str, table: dict, spec: dict) -> Range:

@@ -125,7 +125,7 @@ CASES = {
     "start-up value outside the searched range": (
         None,
         ["--set", "startup.lr=0.1"],
-        ["[startup] lr", "outside [search] lr"],
+        ["[startup] lr", "0.1", "[search] lr allows"],
     ),
     "start-up sparsity": (None, ["--set", "startup.sparsity=0.5"], ["[startup] sparsity", "spreads it"]),
     "start-up knob of another method": (

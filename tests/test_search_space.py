@@ -89,7 +89,6 @@ def test_startup_table_sets_the_sweeps_settings_and_nothing_else():
     assert tuned.start_point(0) == {**plain.start_point(0), "lr": 3e-3}
     assert tuned.start_point(1)["sparsity"] == plain.start_point(1)["sparsity"]
     assert tuned.control_point() == plain.control_point()
-    assert tuned.entries == plain.entries
     swept = startup_space({"method": "l0_target", "gate_lr_mult": 20.0}).start_point(0)
     assert (swept["method"], swept["gate_lr_mult"]) == ("l0_target", 20.0)
 
@@ -97,13 +96,14 @@ def test_startup_table_sets_the_sweeps_settings_and_nothing_else():
 @pytest.mark.parametrize(
     "startup, fragment",
     [
-        ({"lr": 0.1}, "outside [search] lr"),
-        ({"method": "topk"}, "not among [search] method"),
+        ({"lr": 0.1}, "not a value [search] lr allows (from 0.0001 to 0.01)"),
+        ({"method": "topk"}, "not a value [search] method allows (one of ['importance'"),
         ({"method": "l0_penalty"}, "takes no sparsity target"),
-        ({"min_heads_per_layer": 2}, "[search] does not search it (every trial takes 1)"),
+        ({"min_heads_per_layer": 2}, "[search] gives every trial 1; set both alike"),
         ({"sparsity": 0.5}, "spreads it over"),
         ({"gate_lr_mult": 20.0}, "does not apply to 'importance'"),
         ({"lrr": 1e-3}, "did you mean 'lr'"),
+        ({"trials": 4}, "[study] startup_trials"),
         ({"distill": "yes"}, "expected bool"),
     ],
 )
@@ -115,7 +115,76 @@ def test_startup_table_refuses_what_the_sampler_could_not_have_chosen(startup, f
     assert fragment in str(err.value)
 
 
+def test_startup_values_must_lie_on_a_stepped_ranges_grid():
+    """A value between a stepped range's points is one the sampler never chooses (Optuna would
+    warn and take it anyway): refused, as is a stepped default (it is sampled instead)."""
+    from orchestrator.config import field_specs
+    from orchestrator.errors import UserError
+    from trainers.hparams import TrialHParams
+
+    specs = field_specs(TrialHParams)
+    table = {"sparsity": {"low": 0.1, "high": 0.5}, "min_heads_per_layer": {"low": 0, "high": 4, "step": 2}}
+    space = SearchSpace.from_table(
+        "[search]", {**table, "lr": {"low": 1e-3, "high": 5e-3, "step": 1e-3}}, specs
+    )
+    assert (
+        space.with_startup("[startup]", {"lr": 4e-3, "min_heads_per_layer": 2}, specs).start_point(0)["lr"]
+        == 4e-3
+    )
+    for bad in ({"lr": 3.5e-3}, {"min_heads_per_layer": 3}):
+        with pytest.raises(UserError, match="in steps of"):
+            space.with_startup("[startup]", bad, specs)
+    assert "min_heads_per_layer" not in space.start_point(0)  # the default 1 is off the grid: sampled
+
+
+def test_startup_settings_without_a_start_up_sweep_are_refused_unless_they_match_every_trial():
+    """With sparsity fixed there is no sweep: a [startup] lr would do nothing (refused), one
+    equal to the lr every trial takes is harmless (bench.scaling fixes the default study so)."""
+    from orchestrator.config import field_specs
+    from orchestrator.errors import UserError
+    from trainers.hparams import TrialHParams
+
+    specs = field_specs(TrialHParams)
+    space = SearchSpace.from_table("[search]", {"sparsity": 0.5, "lr": 1e-3, "distill": [False, True]}, specs)
+    space.with_startup("[startup]", {"lr": 1e-3}, specs)
+    with pytest.raises(UserError, match="no start-up sweep"):
+        space.with_startup("[startup]", {"distill": True}, specs)
+    with pytest.raises(ValueError, match="no start-up sweep"):
+        space.sweep_point("random", 0)
+
+
+def test_a_sweep_point_is_the_start_up_with_another_method():
+    """bench.frontier's sweeps: the default study's start-up (its spread, [startup] lr, fixed
+    values) with the method replaced and only that method's knobs kept."""
+    from helpers import REPO
+
+    space = load_study_config(REPO / "studies" / "tinyshakespeare.toml").search
+    start = space.start_point(1)
+    random = space.sweep_point("random", 1)
+    assert (random["method"], random["sparsity"], random["lr"]) == ("random", start["sparsity"], 3e-3)
+    assert "gate_lr_mult" not in random and "importance_step" not in random
+    gated = space.sweep_point("l0_target", 1)
+    assert gated["schedule_shape"] == "linear" and gated["gate_lr_mult"] == 30.0  # fixed; the default
+    swept_alike = {k: v for k, v in start.items() if space.applies(k, "importance")}
+    assert swept_alike.items() <= space.sweep_point("importance", 1).items()  # the start-up's own trial
+
+
+def test_an_unreachable_start_up_minimum_is_named():
+    from orchestrator.config import field_specs
+    from orchestrator.errors import UserError
+    from trainers.hparams import TrialHParams
+
+    specs = field_specs(TrialHParams)
+    table = {"sparsity": {"low": 0.1, "high": 0.75}, "min_heads_per_layer": {"low": 1, "high": 3}}
+    space = SearchSpace.from_table("[search]", table, specs).with_startup(
+        "[startup]", {"min_heads_per_layer": 3}, specs
+    )
+    with pytest.raises(UserError, match="the start-up's first trial: .*min_heads_per_layer=3"):
+        space.check_reachable("[search]", [8, 8, 8, 8])
+
+
 def test_a_startup_method_without_a_sparsity_target_is_refused():
+    """l0_penalty among [search]'s methods (so not refused as unlisted): refused as the sweep's."""
     from orchestrator.config import field_specs
     from orchestrator.errors import UserError
     from trainers.hparams import TrialHParams
@@ -227,5 +296,5 @@ def test_the_default_studys_start_up_is_a_sweep_of_its_first_method_then_the_sam
     assert all(h["lr"] == 3e-3 and h["distill"] is False for h in start_up)
     assert asked[0]["lr"] == 3e-4
     later = asked[4:]
-    assert len({h["lr"] for h in later}) == len(later)  # sampled, none at the start-up's
+    assert len({h["lr"] for h in later}) == len(later) and 3e-3 not in {h["lr"] for h in later}  # sampled
     assert len({h["method"] for h in later}) > 1  # the sampler explores the other methods
