@@ -208,12 +208,12 @@ class SearchSpace:
         """Fixed values for the ``index``-th start-up trial, a sweep of one method: sparsity from
         the even spread; a setting ``[startup]`` names as it says; every other searched number at
         its default where its range holds it (the papers' values), every other list of choices
-        at the default if listed, else its first entry, and the method listed first among those
-        that take a sparsity target. Put first the method you would sweep without a search (the
-        default study: importance, BENCHMARKS.md), and in ``[startup]`` what a default does not
-        get right for a pruned model (the default study: its learning rate). The sampler
-        explores the other methods and numbers after the start-up. None when sparsity is not a
-        float range or no searched method takes a target."""
+        at the default if listed, else its first entry, and the method ``startup_method`` names.
+        Put first the method you would sweep without a search (the default study: importance,
+        BENCHMARKS.md), and in ``[startup]`` what a default does not get right for a pruned
+        model (the default study: its learning rate). The sampler explores the other methods and
+        numbers after the start-up. None when sparsity is not a float range or no searched
+        method takes a target."""
         sparsity = self.spread("sparsity", index)
         method = self.startup_method()
         if sparsity is None or method is None:
@@ -224,7 +224,7 @@ class SearchSpace:
             numeric = isinstance(entry, Range) and isinstance(default, (int, float))
             if name == "sparsity":
                 continue
-            if name in self.startup:
+            if name in self.startup and not isinstance(entry, Fixed):  # a fixed one is every trial's
                 point[name] = self.startup[name]
             elif name == "method" and isinstance(entry, Choices):
                 point[name] = method

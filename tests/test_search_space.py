@@ -89,6 +89,8 @@ def test_startup_table_sets_the_sweeps_settings_and_nothing_else():
     assert tuned.start_point(0) == {**plain.start_point(0), "lr": 3e-3}
     assert tuned.start_point(1)["sparsity"] == plain.start_point(1)["sparsity"]
     assert tuned.control_point() == plain.control_point()
+    # a [startup] value equal to a fixed one is every trial's, not a start-up setting
+    assert "min_heads_per_layer" not in startup_space({"min_heads_per_layer": 1}).start_point(0)
     swept = startup_space({"method": "l0_target", "gate_lr_mult": 20.0}).start_point(0)
     assert (swept["method"], swept["gate_lr_mult"]) == ("l0_target", 20.0)
 
