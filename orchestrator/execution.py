@@ -202,8 +202,8 @@ class StudyDriver:
 
     def _enqueue_spread(self) -> None:
         """Start-up trials are a sweep of one method over an even spread of sparsity, its
-        settings at their defaults (``SearchSpace.start_point``), so a short study's front spans
-        the range with settings known to work."""
+        settings as ``[startup]`` says or at their defaults (``SearchSpace.start_point``), so a
+        short study's front spans the range with settings known to work."""
         trials = self.study.get_trials(deepcopy=False)
         if any(t.state == optuna.trial.TrialState.WAITING for t in trials):
             return  # a retry asked for earlier goes first

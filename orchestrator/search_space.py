@@ -221,17 +221,16 @@ class SearchSpace:
         point: dict[str, Any] = {"sparsity": sparsity}
         for name, entry in self.entries.items():
             default = self.defaults.get(name)
-            numeric = isinstance(entry, Range) and isinstance(default, (int, float))
-            if name == "sparsity":
+            if name == "sparsity" or isinstance(entry, Fixed):  # a fixed value is every trial's
                 continue
-            if name in self.startup and not isinstance(entry, Fixed):  # a fixed one is every trial's
+            if name in self.startup:
                 point[name] = self.startup[name]
-            elif name == "method" and isinstance(entry, Choices):
+            elif name == "method":
                 point[name] = method
-            elif numeric and entry.holds(default):
+            elif entry.holds(default):
                 point[name] = default
             elif isinstance(entry, Choices):
-                point[name] = default if default in entry.options else entry.options[0]
+                point[name] = entry.options[0]
         return point
 
     def startup_method(self) -> str | None:
@@ -239,9 +238,8 @@ class SearchSpace:
         ``[search] method`` that takes a sparsity target; None when none does."""
         if "method" in self.startup:
             return self.startup["method"]
-        takes_target = self.applies_to.get("sparsity")
         methods = self.entries.get("method", Fixed(self.defaults.get("method"))).values()
-        swept = [m for m in methods if takes_target is None or m in takes_target]
+        swept = [m for m in methods if self.applies("sparsity", m)]
         return swept[0] if swept else None
 
     def with_startup(self, where: str, table: Any, specs: dict[str, dict]) -> SearchSpace:
