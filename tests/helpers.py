@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -65,13 +66,40 @@ def drop_study(url: str, name: str) -> None:
         optuna.delete_study(study_name=name, storage=store.storage)
 
 
-def launch(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+# Sessions (their leaders' pids) of the processes this test process started that may start Ray.
+# Ray's processes (GCS, raylet, agents, workers) stay in the session of the process that started
+# them, so a test finds its own Ray processes by session, even while another pytest-xdist worker
+# runs its studies beside it: a name pattern alone would count, or kill, that worker's processes.
+OWN_SESSIONS: set[int] = set()
+
+
+def start_own_session(args: list[str], **popen_kwargs) -> subprocess.Popen:
+    """``subprocess.Popen`` in a new session, recorded in ``OWN_SESSIONS``."""
+    proc = subprocess.Popen(args, start_new_session=True, **popen_kwargs)
+    OWN_SESSIONS.add(proc.pid)
+    return proc
+
+
+def run_own_session(args: list[str], timeout: float, **popen_kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run(..., capture_output=True, text=True)`` in a new session of our own."""
+    proc = start_own_session(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen_kwargs)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+def launch(
+    *args: str, cwd: Path, timeout: float = 300, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """The console script, in a session of its own (``OWN_SESSIONS``); ``env`` adds variables."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     env.pop("HEADPRUNE_STORAGE", None)
     env.pop("RAY_ADDRESS", None)
-    return subprocess.run(
-        [str(LAUNCH_STUDY), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    return run_own_session([str(LAUNCH_STUDY), *args], timeout, cwd=cwd, env=env)
 
 
 def cli_in_process(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -91,16 +119,22 @@ def cli_in_process(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
-def ray_processes() -> set[int]:
-    """Ray's own processes: the cluster, its agents and workers (named ray::...), and the head
-    node's autoscaler monitor (ray/autoscaler/_private/monitor.py), which outlives a killed head
-    and which this pattern once missed (the cluster test left it running)."""
-    out = subprocess.run(
-        ["pgrep", "-f", "raylet|gcs_server|ray::|ray/dashboard|ray/_private|ray/autoscaler"],
-        capture_output=True,
-        text=True,
-    ).stdout
-    return {int(p) for p in out.split()} - {os.getpid()}
+RAY_PROCESSES = "raylet|gcs_server|ray::|ray/dashboard|ray/_private|ray/autoscaler"
+
+
+def ray_processes(pattern: str = RAY_PROCESSES) -> set[int]:
+    """Ray's processes that this test process started (``OWN_SESSIONS``): the cluster, its agents
+    and workers (named ray::...), and the head node's autoscaler monitor
+    (ray/autoscaler/_private/monitor.py), which outlives a killed head and which the pattern once
+    missed (the cluster test left it running)."""
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
+    own = set()
+    for pid in (int(p) for p in out.split()):
+        with contextlib.suppress(OSError):
+            # /proc/PID/stat: "pid (name) state ppid pgrp session ...", the name may hold spaces
+            if int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[3]) in OWN_SESSIONS:
+                own.add(pid)
+    return own - {os.getpid()}
 
 
 def leftover_ray_processes(before: set[int], grace_seconds: float = 15.0) -> dict[int, str]:

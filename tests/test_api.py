@@ -18,7 +18,8 @@ def test_run_study_uses_the_callers_ray_and_leaves_it_running(tmp_path, monkeypa
     import ray
 
     monkeypatch.chdir(tmp_path)
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    # "local": a Ray of its own even while another test runs a cluster `ray start` recorded
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         summary = run_study(
             SMOKE,

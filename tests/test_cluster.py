@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import subprocess
 from pathlib import Path
 
 import optuna
@@ -16,6 +15,7 @@ from helpers import (
     kill_new_ray_processes,
     leftover_ray_processes,
     ray_processes,
+    run_own_session,
 )
 from optuna.trial import TrialState
 
@@ -37,7 +37,7 @@ def test_trials_land_on_both_nodes_of_an_existing_cluster(tmp_path):
     marker = Path("/tmp/ray/ray_current_cluster")  # `ray start` records its cluster here
     had_marker = marker.exists()
     try:
-        head = subprocess.run(
+        head = run_own_session(
             [
                 str(RAY),
                 "start",
@@ -47,22 +47,18 @@ def test_trials_land_on_both_nodes_of_an_existing_cluster(tmp_path):
                 "--include-dashboard=false",
                 "--node-ip-address=127.0.0.1",
             ],
-            env=env,
-            capture_output=True,
-            text=True,
             timeout=120,
+            env=env,
         )
         assert head.returncode == 0, head.stderr[-2000:]
-        worker = subprocess.run(
+        worker = run_own_session(
             [str(RAY), "start", f"--address={address}", "--num-cpus=1", "--node-ip-address=127.0.0.1"],
-            env=env,
-            capture_output=True,
-            text=True,
             timeout=120,
+            env=env,
         )
         assert worker.returncode == 0, worker.stderr[-2000:]
         url = f"sqlite:///{tmp_path}/runs/cluster.db"
-        run = subprocess.run(
+        run = run_own_session(
             [
                 str(LAUNCH_STUDY),
                 "run",
@@ -81,10 +77,8 @@ def test_trials_land_on_both_nodes_of_an_existing_cluster(tmp_path):
                 "trial.finetune_steps=300",
             ],
             cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
             timeout=300,
+            env=env,
         )
         assert run.returncode == 0, run.stderr[-3000:]
     finally:

@@ -29,6 +29,7 @@ from helpers import (
     leftover_ray_processes,
     ray_processes,
     server_url,
+    start_own_session,
 )
 from optuna.trial import TrialState
 
@@ -63,13 +64,12 @@ def start(url: str, name: str, cwd: Path, *extra: str) -> tuple[subprocess.Popen
     log = cwd / f"driver-{uuid.uuid4().hex[:6]}.log"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with open(log, "w") as stderr:  # the child keeps its own descriptor
-        proc = subprocess.Popen(
+        proc = start_own_session(
             [str(LAUNCH_STUDY), "run", str(SMOKE), "--storage", url, "--study-name", name, *SLOWER, *extra],
             cwd=cwd,
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=stderr,
-            start_new_session=True,
         )
     return proc, log
 
@@ -134,121 +134,127 @@ KILL_POINTS = {
 CRASHES = [(point, "sqlite") for point in KILL_POINTS] + [("during a trial", "postgresql")]
 
 
-@pytest.mark.parametrize(("point", "backend"), CRASHES)
-def test_driver_killed_then_the_same_command_again(point, backend, study_db, tmp_path):
-    url, name = study_db
-    before = ray_processes()
-    proc, log = start(url, name, tmp_path)
-    try:
-        wait_for(log, KILL_POINTS[point], proc)
-        if point == "during a trial":
-            time.sleep(0.7)  # the dense control trains ~110 steps: about a second
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-    finally:
-        kill_new_ray_processes(before)
-    done_before = completed(url, name)
-    time.sleep(2.2)  # the dead driver's lease expires
-    again = launch("run", str(SMOKE), "--storage", url, "--study-name", name, *SLOWER, cwd=tmp_path)
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "took over the study from" in again.stderr  # the killed driver's lease, said so
-    check_invariants(url, name, done_before)
-    assert leftover_ray_processes(before) == {}
+class TestDriverKilled:
+    """The driver SIGKILLed. Each class runs on one test process (pytest-xdist's loadscope): the
+    two classes of this module, the suite's longest tests, run side by side."""
+
+    @pytest.mark.parametrize(("point", "backend"), CRASHES)
+    def test_driver_killed_then_the_same_command_again(self, point, backend, study_db, tmp_path):
+        url, name = study_db
+        before = ray_processes()
+        proc, log = start(url, name, tmp_path)
+        try:
+            wait_for(log, KILL_POINTS[point], proc)
+            if point == "during a trial":
+                time.sleep(0.7)  # the dense control trains ~110 steps: about a second
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        finally:
+            kill_new_ray_processes(before)
+        done_before = completed(url, name)
+        time.sleep(2.2)  # the dead driver's lease expires
+        again = launch("run", str(SMOKE), "--storage", url, "--study-name", name, *SLOWER, cwd=tmp_path)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert "took over the study from" in again.stderr  # the killed driver's lease, said so
+        check_invariants(url, name, done_before)
+        assert leftover_ray_processes(before) == {}
 
 
-def test_a_worker_killed_mid_trial_is_retried_and_the_study_completes(tmp_path):
-    url, name = f"sqlite:///{tmp_path}/runs/w.db", "worker"
-    before = ray_processes()
-    proc, log = start(url, name, tmp_path, "--set", "trial.finetune_steps=400")
-    try:
-        wait_for(log, r"trial 0: started", proc)
-        deadline = time.time() + 60
-        victims: set[int] = set()
-        while not victims and time.time() < deadline:
-            out = subprocess.run(["pgrep", "-f", "ray::ImplicitFunc"], capture_output=True, text=True).stdout
-            victims = {int(p) for p in out.split()}
-            time.sleep(0.2)
-        time.sleep(1.0)
-        for pid in victims:
-            os.kill(pid, signal.SIGKILL)
-        assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
-    finally:
-        stop(proc, before)
-    study = optuna.load_study(study_name=name, storage=url)
-    complete = study.get_trials(states=(TrialState.COMPLETE,))
-    assert len(complete) == N_TRIALS
-    assert any(t.user_attrs.get("worker_retries", 0) >= 1 for t in study.get_trials())
+class TestInterruptsAndRaces:
+    """A worker killed, the driver signalled, a second driver on a running study."""
 
+    def test_a_worker_killed_mid_trial_is_retried_and_the_study_completes(self, tmp_path):
+        url, name = f"sqlite:///{tmp_path}/runs/w.db", "worker"
+        before = ray_processes()
+        proc, log = start(url, name, tmp_path, "--set", "trial.finetune_steps=400")
+        try:
+            wait_for(log, r"trial 0: started", proc)
+            deadline = time.time() + 60
+            victims: set[int] = set()
+            while not victims and time.time() < deadline:
+                victims = ray_processes("ray::ImplicitFunc")
+                time.sleep(0.2)
+            time.sleep(1.0)
+            for pid in victims:
+                os.kill(pid, signal.SIGKILL)
+            assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+        finally:
+            stop(proc, before)
+        study = optuna.load_study(study_name=name, storage=url)
+        complete = study.get_trials(states=(TrialState.COMPLETE,))
+        assert len(complete) == N_TRIALS
+        assert any(t.user_attrs.get("worker_retries", 0) >= 1 for t in study.get_trials())
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_mid_trial_stops_cleanly_and_the_same_command_finishes(signum, tmp_path):
-    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or SIGTERM (to the
-    driver alone, as `kill` or a scheduler sends it) mid-trial: exit 130 / 143 with how to
-    resume, nothing left RUNNING, no Ray process left, no CSV; the same command then ends with
-    exactly the asked trials (run after SIGINT only: what is left in the database is the same)."""
-    url, name = f"sqlite:///{tmp_path}/runs/sig.db", "sig"
-    before = ray_processes()
-    proc, log = start(url, name, tmp_path, "--set", "trial.finetune_steps=400")
-    try:
-        wait_for(log, r"trial 1: started", proc)
-        time.sleep(1.0)
-        if signum == signal.SIGINT:
-            os.killpg(proc.pid, signum)
-        else:
-            proc.send_signal(signum)
-        code = proc.wait(timeout=120)
-        leftover = leftover_ray_processes(before)
-    finally:
-        stop(proc, before)
-    text = log.read_text()
-    assert code == 128 + signum, text[-3000:]
-    last = text.strip().splitlines()[-1]
-    assert last.startswith(f"launch-study: interrupted ({signal.Signals(signum).name})"), text[-3000:]
-    assert "resume with: launch-study run" in last and "Traceback" not in text
-    assert leftover == {}
-    study = optuna.load_study(study_name=name, storage=url)
-    states = [t.state for t in study.get_trials()]
-    assert TrialState.RUNNING not in states and TrialState.FAIL in states
-    assert not (tmp_path / "runs" / f"{name}_pareto.csv").exists()
-    if signum == signal.SIGTERM:
-        return
-    done_before = completed(url, name)
-    again = launch("run", str(SMOKE), "--storage", url, "--study-name", name, *SLOWER, cwd=tmp_path)
-    assert again.returncode == 0, again.stderr[-3000:]
-    study = check_invariants(url, name, done_before)
-    params = [json.dumps(t.params, sort_keys=True) for t in study.get_trials(states=(TrialState.COMPLETE,))]
-    assert len(params) == len(set(params))  # no parameter set run twice to completion
-    assert leftover_ray_processes(before) == {}
+    @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+    def test_a_signal_mid_trial_stops_cleanly_and_the_same_command_finishes(self, signum, tmp_path):
+        """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or SIGTERM (to the
+        driver alone, as `kill` or a scheduler sends it) mid-trial: exit 130 / 143 with how to
+        resume, nothing left RUNNING, no Ray process left, no CSV; the same command then ends with
+        exactly the asked trials (run after SIGINT only: what is left in the database is the same)."""
+        url, name = f"sqlite:///{tmp_path}/runs/sig.db", "sig"
+        before = ray_processes()
+        proc, log = start(url, name, tmp_path, "--set", "trial.finetune_steps=400")
+        try:
+            wait_for(log, r"trial 1: started", proc)
+            time.sleep(1.0)
+            if signum == signal.SIGINT:
+                os.killpg(proc.pid, signum)
+            else:
+                proc.send_signal(signum)
+            code = proc.wait(timeout=120)
+            leftover = leftover_ray_processes(before)
+        finally:
+            stop(proc, before)
+        text = log.read_text()
+        assert code == 128 + signum, text[-3000:]
+        last = text.strip().splitlines()[-1]
+        assert last.startswith(f"launch-study: interrupted ({signal.Signals(signum).name})"), text[-3000:]
+        assert "resume with: launch-study run" in last and "Traceback" not in text
+        assert leftover == {}
+        study = optuna.load_study(study_name=name, storage=url)
+        states = [t.state for t in study.get_trials()]
+        assert TrialState.RUNNING not in states and TrialState.FAIL in states
+        assert not (tmp_path / "runs" / f"{name}_pareto.csv").exists()
+        if signum == signal.SIGTERM:
+            return
+        done_before = completed(url, name)
+        again = launch("run", str(SMOKE), "--storage", url, "--study-name", name, *SLOWER, cwd=tmp_path)
+        assert again.returncode == 0, again.stderr[-3000:]
+        study = check_invariants(url, name, done_before)
+        params = [
+            json.dumps(t.params, sort_keys=True) for t in study.get_trials(states=(TrialState.COMPLETE,))
+        ]
+        assert len(params) == len(set(params))  # no parameter set run twice to completion
+        assert leftover_ray_processes(before) == {}
 
-
-def test_a_newcomer_with_a_shorter_lease_cannot_take_a_live_drivers_study(tmp_path):
-    """The race of issue 13: `--set study.lease_seconds=1` judged the first driver's fresh
-    lease by its own TTL and took it; both ended 0 with more COMPLETE trials than asked."""
-    url, name = f"sqlite:///{tmp_path}/runs/race.db", "race"
-    before = ray_processes()
-    # Trials long enough (600 steps) that the first is still running when the second arrives.
-    first, log = start(
-        url, name, tmp_path, "--set", "study.lease_seconds=60", "--set", "trial.finetune_steps=600"
-    )
-    try:
-        wait_for(log, r"trial 0: started", first)
-        time.sleep(2.5)  # longer than the newcomer's TTL
-        second = launch(
-            "run",
-            str(SMOKE),
-            "--storage",
-            url,
-            "--study-name",
-            name,
-            *SLOWER,
-            "--set",
-            "study.lease_seconds=1",
-            cwd=tmp_path,
+    def test_a_newcomer_with_a_shorter_lease_cannot_take_a_live_drivers_study(self, tmp_path):
+        """The race of issue 13: `--set study.lease_seconds=1` judged the first driver's fresh
+        lease by its own TTL and took it; both ended 0 with more COMPLETE trials than asked."""
+        url, name = f"sqlite:///{tmp_path}/runs/race.db", "race"
+        before = ray_processes()
+        # Trials long enough (600 steps) that the first is still running when the second arrives.
+        first, log = start(
+            url, name, tmp_path, "--set", "study.lease_seconds=60", "--set", "trial.finetune_steps=600"
         )
-        assert second.returncode == 2 and "being run by another driver" in second.stderr, second.stderr
-        assert first.wait(timeout=300) == 0, log.read_text()[-3000:]
-    finally:
-        stop(first, before)
-    study = optuna.load_study(study_name=name, storage=url)
-    assert len(study.get_trials(states=(TrialState.COMPLETE,))) == N_TRIALS
-    assert [t.state for t in study.get_trials()].count(TrialState.FAIL) == 0
+        try:
+            wait_for(log, r"trial 0: started", first)
+            time.sleep(2.5)  # longer than the newcomer's TTL
+            second = launch(
+                "run",
+                str(SMOKE),
+                "--storage",
+                url,
+                "--study-name",
+                name,
+                *SLOWER,
+                "--set",
+                "study.lease_seconds=1",
+                cwd=tmp_path,
+            )
+            assert second.returncode == 2 and "being run by another driver" in second.stderr, second.stderr
+            assert first.wait(timeout=300) == 0, log.read_text()[-3000:]
+        finally:
+            stop(first, before)
+        study = optuna.load_study(study_name=name, storage=url)
+        assert len(study.get_trials(states=(TrialState.COMPLETE,))) == N_TRIALS
+        assert [t.state for t in study.get_trials()].count(TrialState.FAIL) == 0

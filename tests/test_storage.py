@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -121,8 +123,20 @@ def test_smoke_study_on_postgresql_keeps_the_password_out_of_files_and_logs(tmp_
     server = server_url("postgresql")
     url = server.replace("postgres@", f"postgres:{secret}@")
     before = ray_processes()
+    # Ray's files of this run alone (under /tmp/ray, "session_latest" may be another test's run):
+    # a short folder, since Ray's socket paths must fit in 107 characters.
+    ray_tmp = Path(tempfile.mkdtemp(prefix="hp-ray-", dir="/tmp"))
     try:
-        run = launch("run", str(SMOKE), "--storage", url, "--study-name", name, cwd=tmp_path)
+        run = launch(
+            "run",
+            str(SMOKE),
+            "--storage",
+            url,
+            "--study-name",
+            name,
+            cwd=tmp_path,
+            env={"RAY_TMPDIR": str(ray_tmp)},
+        )
         assert run.returncode == 0, run.stderr[-3000:]
         assert leftover_ray_processes(before) == {}
         store = open_store(server)
@@ -130,12 +144,14 @@ def test_smoke_study_on_postgresql_keeps_the_password_out_of_files_and_logs(tmp_
         assert len(study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))) == 3
         assert frontier_triples(read_frontier(store, name)) == expected_front(study)
         assert secret not in run.stdout + run.stderr
-        ray_session = Path("/tmp/ray/session_latest")  # Ray's logs of this run
-        for path in [*tmp_path.rglob("*"), *ray_session.rglob("*")]:
+        ray_files = [p for p in ray_tmp.rglob("*") if p.is_file() and not p.is_socket()]
+        assert any(p.suffix in (".log", ".out", ".err") for p in ray_files)  # Ray's logs were written here
+        for path in [*tmp_path.rglob("*"), *ray_files]:
             if path.is_file() and not path.is_socket():
                 assert secret.encode() not in path.read_bytes(), path
     finally:
         drop_study(server, name)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def test_a_second_driver_is_refused_while_the_lease_is_fresh(store):
