@@ -14,6 +14,11 @@ noise: the ratio of two models' perplexities on one slice against another. The s
 scores the checkpoint with a quarter of its heads removed at random (no fine-tuning) beside it
 and reports the spread of that ratio over the same slices. Target (issue 11): the study's
 evaluation stable to 0.2%.
+
+Early stopping's rungs score a subset of the windows (``[early_stopping] eval_tokens``): every
+k-th one, so that the subset samples the whole text. The third table is the same spread over
+interleaved subsets (window i in subset i mod k), and the CPU seconds of one evaluation of the
+subset beside the whole split's (medians of 3, measured alternately).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
+import time
 from pathlib import Path
 
 import torch
@@ -28,7 +34,9 @@ import torch
 from bench.common import print_json, print_table
 from orchestrator.config import load_study_config
 from orchestrator.runner import prepare_inputs, study_dense_checkpoint
+from trainers.data import eval_windows, rung_windows
 from trainers.pretrain import load_dense
+from trainers.training import mean_loss
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -87,6 +95,39 @@ def main() -> None:
             ["tokens per slice", "slices", "relative sd", "(max - min) / mean"],
             rows,
         )
+    rows, report["interleaved"] = [], {}
+    for parts in (8, 4, 2):
+        row = [f"{n_windows // parts * block:,}", str(parts)]
+        for name, losses in (("level", dense_losses), ("ratio", differences)):
+            values = [math.exp(losses[k::parts].mean().item()) for k in range(parts)]
+            sd = statistics.stdev(values) / statistics.mean(values)
+            row.append(f"{sd:.2%}")
+            report["interleaved"].setdefault(parts, {})[name] = {"values": values, "relative_sd": sd}
+        rows.append(row)
+    print_table(
+        "interleaved subsets (every k-th window), as a rung scores them",
+        ["tokens per subset", "subsets (k)", "relative sd of perplexity", "of the ratio"],
+        rows,
+    )
+    windows = eval_windows(corpus.val, block, cfg.budget.eval_tokens)
+    subset = rung_windows(windows, cfg.early_stopping.eval_tokens or cfg.budget.eval_tokens)
+    times: dict[str, list[float]] = {"whole": [], "subset": []}
+    for _ in range(3):
+        for name, scored in (("whole", windows), ("subset", subset)):
+            start = time.process_time()
+            mean_loss(pruned, scored)
+            times[name].append(time.process_time() - start)
+    whole_s, subset_s = (statistics.median(times[k]) for k in ("whole", "subset"))
+    print(
+        f"one evaluation, CPU seconds: the study's slice ({windows[0].numel():,} tokens) {whole_s:.2f}, "
+        f"a rung's subset ({subset[0].numel():,} tokens) {subset_s:.2f}: {subset_s / whole_s:.2f}x"
+    )
+    report["evaluation_cpu_seconds"] = {
+        "whole": whole_s,
+        "subset": subset_s,
+        "subset_tokens": subset[0].numel(),
+        "threads": torch.get_num_threads(),
+    }
     level, ratio = report["level"]["whole_split_relative_se"], report["ratio"]["whole_split_relative_se"]
     print(
         f"target: stable to 0.2% at the whole split: the level {'met' if level <= 0.002 else 'not met'} "

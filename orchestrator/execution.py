@@ -68,10 +68,14 @@ def describe_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[-1] if lines else ''}".rstrip(": ")
 
 
-def train_on_worker(config: dict[str, Any], setup: TrialSetup, rungs: tuple[float, ...] = ()) -> None:
+def train_on_worker(
+    config: dict[str, Any], setup: TrialSetup, rungs: tuple[float, ...] = (), rung_eval_tokens: int = 0
+) -> None:
     """The Tune trainable: runs on a Ray worker, knows nothing of the database. A deterministic
     failure is reported as a result (type and message), so that Tune does not run it again; a
-    transient one (``TRANSIENT_ERRORS``) is raised, and Tune retries it like a dead worker."""
+    transient one (``TRANSIENT_ERRORS``) is raised, and Tune retries it like a dead worker. The
+    dense control reports no rungs: early stopping never stops it, so scoring it there would be
+    compute spent for nothing."""
     import torch
 
     threads = setup.budget.threads or max(
@@ -79,14 +83,16 @@ def train_on_worker(config: dict[str, Any], setup: TrialSetup, rungs: tuple[floa
     )
     torch.set_num_threads(threads)
     reporter = RungReporter()
+    hparams = TrialHParams(**config["hparams"])
     try:
         result = run_trial(
             setup,
-            TrialHParams(**config["hparams"]),
+            hparams,
             save_dir=Path(config["model_dir"]),
             resume_dirs=[Path(p) for p in config.get("resume_dirs", [])],
-            rungs=rungs,
+            rungs=() if hparams.method == "dense" else rungs,
             report_rung=reporter,
+            rung_eval_tokens=rung_eval_tokens,
         )
     except TRANSIENT_ERRORS:
         raise

@@ -428,7 +428,9 @@ def _search(cfg: StudyConfig, opts: RunOptions, driver: StudyDriver, setup: Tria
     try:
         rungs = tuple(cfg.early_stopping.rungs())
         trainable = tune.with_resources(
-            tune.with_parameters(train_on_worker, setup=setup, rungs=rungs),
+            tune.with_parameters(
+                train_on_worker, setup=setup, rungs=rungs, rung_eval_tokens=cfg.early_stopping.eval_tokens
+            ),
             {"cpu": cpus, "gpu": cfg.study.gpus_per_trial},
         )
         tuner = tune.Tuner(

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import optuna
 import pytest
+import torch
 from ray.tune.schedulers import TrialScheduler
 
 from orchestrator.config import EarlyStopping, load_study_config
@@ -170,6 +171,7 @@ def stopped_study(tmp_path_factory):
         "search.sparsity=0.5",
         "study.cpus_per_trial=1",
         "study.max_concurrent=2",
+        "early_stopping.eval_tokens=1024",  # rungs score half of the trial's 2048 tokens
     ]
     run = launch("run", str(SMOKE), "--n-trials", "6", *(f"--set={o}" for o in overrides), cwd=work)
     leftover = leftover_ray_processes(before)
@@ -195,6 +197,7 @@ def test_study_with_early_stopping_ends_with_the_asked_finished_trials(stopped_s
     assert pruned, "no trial was stopped early"
     assert optuna.trial.TrialState.RUNNING not in states
     assert complete[0].user_attrs.get("dense_control") is True  # never stopped
+    assert complete[0].user_attrs["curve"] == []  # and so never scored at a rung
     for t in pruned:
         attrs = t.user_attrs
         assert 0 < attrs["stopped_at_step"] < attrs["finetune_steps"]
@@ -220,3 +223,47 @@ def test_frontier_table_and_status_with_stopped_trials(stopped_study):
     n_pruned = len(stopped_study["study"].get_trials(states=(optuna.trial.TrialState.PRUNED,)))
     assert f"stopped early: {n_pruned} trials (PRUNED)" in out
     assert "dense checkpoint: perplexity" in out
+
+
+def test_a_rung_scores_every_kth_window_spread_over_the_whole_slice():
+    from trainers.data import rung_windows
+
+    x = torch.arange(40 * 4).view(40, 4)  # 40 windows of 4 tokens
+    sub_x, sub_y = rung_windows((x, x + 1), max_tokens=40)  # 10 windows' worth: every 4th
+    assert sub_x[:, 0].tolist() == [4 * i for i in range(0, 40, 4)]
+    assert torch.equal(sub_y, sub_x + 1)
+    assert rung_windows((x, x), max_tokens=30)[0].numel() <= 30  # never more than asked
+    assert rung_windows((x, x), max_tokens=1_000)[0].shape == x.shape  # a larger budget: all of it
+    assert rung_windows((x, x), max_tokens=1)[0].shape == (1, 4)  # at least one window
+
+
+def test_a_rung_scores_its_subset_and_the_trial_ends_on_the_whole_slice(tmp_path, small_text):
+    """A rung at the last step scores the model the trial ends with: on the whole slice it gives
+    the final perplexity, on a subset (``rung_eval_tokens``) that subset's."""
+    from trainers.data import Corpus, eval_windows, rung_windows
+    from trainers.export import load_model
+    from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams
+    from trainers.model import ModelConfig
+    from trainers.pretrain import ensure_dense_checkpoint
+    from trainers.training import mean_loss
+    from trainers.trial import TrialSetup, run_trial
+
+    corpus = Corpus.load(small_text, block_size=16)
+    model = ModelConfig(vocab_size=corpus.vocab_size, block_size=16, n_layer=2, n_head=2, d_model=16)
+    dense = ensure_dense_checkpoint(
+        corpus, model, PretrainConfig(steps=4, batch_size=4), tmp_path, eval_tokens=512
+    )
+    setup = TrialSetup(
+        corpus, dense, TrialBudget(prune_steps=2, finetune_steps=4, batch_size=4, eval_tokens=512)
+    )
+    hp = TrialHParams(method="importance", sparsity=0.5)
+    reports = []
+    whole = run_trial(setup, hp, rungs=(1.0,), report_rung=reports.append)
+    assert [r.val_perplexity for r in reports] == [whole.val_perplexity]
+    part = run_trial(setup, hp, rungs=(1.0,), save_dir=tmp_path / "part", rung_eval_tokens=128)
+    assert part.val_perplexity == pytest.approx(whole.val_perplexity, rel=1e-6)  # the same trial
+    trained, _ = load_model(tmp_path / "part")
+    subset = rung_windows(eval_windows(corpus.val, 16, 512), 128)
+    assert subset[0].numel() == 128
+    assert part.curve[0][2] == pytest.approx(math.exp(mean_loss(trained, subset)), rel=1e-5)
+    assert part.curve[0][2] != pytest.approx(part.val_perplexity, rel=1e-4)

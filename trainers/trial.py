@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from trainers.data import Corpus, eval_windows
+from trainers.data import Corpus, eval_windows, rung_windows
 from trainers.distillation import PeerDistillation
 from trainers.export import CorruptModel, load_model, read_config, save_model
 from trainers.gates import check_reachable
@@ -114,11 +114,13 @@ def run_trial(
     resume_dirs: list[Path] = (),
     rungs: Sequence[float] = (),
     report_rung: Callable[[RungReport], None] | None = None,
+    rung_eval_tokens: int = 0,
 ) -> TrialResult:
     """Prune, fine-tune, evaluate. With ``save_dir``, write the pruned model there, and a
     checkpoint after pruning that a retry (``resume_dirs``) continues from. At each fraction in
-    ``rungs`` of the fine-tuning steps, score the validation slice and pass it to
-    ``report_rung`` (which may never return: a scheduler stopping the trial)."""
+    ``rungs`` of the fine-tuning steps, score the validation slice (``rung_eval_tokens`` of it,
+    spread over it; 0: all) and pass it to ``report_rung`` (which may never return: a scheduler
+    stopping the trial)."""
     cpu_start = time.process_time()
     cfg = setup.dense.model_config
     heads = list(cfg.layer_heads)
@@ -171,6 +173,7 @@ def run_trial(
     # Methods that trained no weights while pruning get those steps here: equal budgets for all.
     steps = budget.finetune_steps + budget.prune_steps - outcome.trained_steps
     windows = eval_windows(setup.corpus.val, cfg.block_size, budget.eval_tokens)
+    scored_at_rungs = rung_windows(windows, rung_eval_tokens) if rung_eval_tokens else windows
     total, nonembed = model.count_parameters()  # fixed once the heads are removed
     curve: list[list[float]] = []
     rung_at: dict[int, int] = {}  # fine-tuning step -> rung (two rungs on one step: the first)
@@ -179,7 +182,7 @@ def run_trial(
 
     def at_rung(step: int) -> bool:
         if step in rung_at:
-            ppl = math.exp(mean_loss(model, windows))
+            ppl = math.exp(mean_loss(model, scored_at_rungs))
             curve.append([rung_at[step], step, ppl])
             if report_rung is not None:
                 cpu = time.process_time() - cpu_start
