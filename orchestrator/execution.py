@@ -55,6 +55,7 @@ class RungReporter:
                     "finetune_step": report.step,
                     "finetune_steps": report.steps,
                     "cpu_seconds": report.cpu_seconds,
+                    "rung_tokens": report.tokens,
                 }
             )
         except BaseException:
@@ -236,6 +237,7 @@ class StudyDriver:
             self.curves[tune_trial_id] = [*earlier, point]
             trial.set_user_attr("curve", self.curves[tune_trial_id])
             trial.set_user_attr("n_params", result["n_params"])
+            trial.set_user_attr("rung_tokens", result.get("rung_tokens"))
 
     def _stopped_early(self, trial: optuna.Trial, result: dict, seconds: float) -> None:
         """The scheduler stopped it at a rung: PRUNED, with the step and what it saved."""

@@ -53,7 +53,7 @@ from trainers.data import Corpus, CorpusError
 from trainers.families import FamilyConfig
 from trainers.model import ModelConfig
 from trainers.pretrain import DenseCheckpoint, ensure_dense_checkpoint
-from trainers.trial import TrialSetup
+from trainers.trial import TrialSetup, rung_slice
 
 
 @dataclass
@@ -395,16 +395,18 @@ def _best_so_far(trials: list, front: list[dict]) -> str:
     return f", smallest within 2% of dense: {best['n_params']:,} params (trial {best['trial_number']})"
 
 
-def _scheduler(cfg: StudyConfig, study: optuna.Study, n_rungs: int):
+def _scheduler(cfg: StudyConfig, study: optuna.Study, n_rungs: int, rung_tokens: int):
     """Pareto-aware early stopping when the study asks for it (else Tune's FIFO, no stopping).
-    A resumed study's pools start with the rung points of its finished trials."""
+    A resumed study's pools start with the rung points of its finished trials that were scored
+    on the same tokens (``rung_tokens``: a run with another ``eval_tokens``, or from before trials
+    recorded it, scored others, and subsets differ by about 1%, BENCHMARKS.md)."""
     from ray.tune.schedulers import FIFOScheduler
 
     if not n_rungs:
         return FIFOScheduler()
     halving = ParetoHalving(n_rungs, cfg.early_stopping.reduction_factor)
     for trial in study.get_trials(deepcopy=False, states=FINISHED):
-        if trial.user_attrs.get("dense_control"):
+        if trial.user_attrs.get("dense_control") or trial.user_attrs.get("rung_tokens") != rung_tokens:
             continue
         params = trial.values[1] if trial.values else trial.user_attrs.get("n_params")
         for rung, _step, ppl in trial.user_attrs.get("curve", []):
@@ -437,7 +439,12 @@ def _search(cfg: StudyConfig, opts: RunOptions, driver: StudyDriver, setup: Tria
             trainable,
             tune_config=tune.TuneConfig(
                 search_alg=StudySearcher(driver),
-                scheduler=_scheduler(cfg, driver.study, len(rungs)),
+                scheduler=_scheduler(
+                    cfg,
+                    driver.study,
+                    len(rungs),
+                    rung_slice(setup, cfg.early_stopping.eval_tokens)[1].numel(),
+                ),
                 num_samples=-1,  # the searcher says when the study is done
                 max_concurrent_trials=opts.max_concurrent,
                 reuse_actors=True,

@@ -37,6 +37,6 @@ fi
 
 echo "bootstrap: installing headprune and its dependencies" >&2
 pip install -e ".[dev]" 2>&1 | grep -v "^WARNING: Location" >&2 || true
-"$VENV/bin/python" -c "import torch, optuna, ray, orchestrator, trainers" \
+"$VENV/bin/python" -c "import torch, optuna, ray, orchestrator, trainers, xdist" \
     || { echo "bootstrap: the install did not complete" >&2; exit 1; }
 touch "$STAMP"

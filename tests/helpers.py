@@ -66,10 +66,12 @@ def drop_study(url: str, name: str) -> None:
         optuna.delete_study(study_name=name, storage=store.storage)
 
 
-# Sessions (their leaders' pids) of the processes this test process started that may start Ray.
-# Ray's processes (GCS, raylet, agents, workers) stay in the session of the process that started
-# them, so a test finds its own Ray processes by session, even while another pytest-xdist worker
-# runs its studies beside it: a name pattern alone would count, or kill, that worker's processes.
+# Sessions (their leaders' pids) of the processes the running test started that may start Ray
+# (tests/conftest.py empties it before each test). Ray's processes (GCS, raylet, agents, workers)
+# stay in the session of the process that started them, so a test finds its own Ray processes by
+# session, even while another pytest-xdist worker runs its studies beside it: a name pattern alone
+# would count, or kill, that worker's processes. A Ray started inside the test process itself
+# (tests/test_api.py) is in no such session: it is not counted.
 OWN_SESSIONS: set[int] = set()
 
 
@@ -87,7 +89,8 @@ def run_own_session(args: list[str], timeout: float, **popen_kwargs) -> subproce
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        with contextlib.suppress(subprocess.TimeoutExpired):  # a pipe held open by an escaped child
+            proc.communicate(timeout=10)
         raise
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
 

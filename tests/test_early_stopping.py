@@ -129,7 +129,8 @@ def test_failed_trial_is_forgotten():
 
 def test_resumed_scheduler_starts_with_the_finished_trials_points(tmp_path):
     """The database is the source of truth: a restarted driver's pools hold the rung points of
-    the COMPLETE and PRUNED trials (not the dense control's, not a failed one's)."""
+    the COMPLETE and PRUNED trials scored on the same tokens (not the dense control's, not a
+    failed one's, not those of a run whose rungs scored other tokens)."""
     study_file = tmp_path / "s.toml"
     study_file.write_text(
         '[study]\nname = "s"\n[corpus]\npath = "x.txt"\n[early_stopping]\nenabled = true\n', encoding="utf-8"
@@ -146,15 +147,18 @@ def test_resumed_scheduler_starts_with_the_finished_trials_points(tmp_path):
         )
 
     curve_a = [[0, 11, 6.0], [1, 33, 5.0]]
+    same = {"rung_tokens": 512}
     add(
         optuna.trial.TrialState.COMPLETE,
-        {"dense_control": True, "curve": [[0, 11, 4.0]], "n_params": 900},
+        {"dense_control": True, "curve": [[0, 11, 4.0]], "n_params": 900, **same},
         [4, 900],
     )
-    add(optuna.trial.TrialState.COMPLETE, {"curve": curve_a, "n_params": 200}, [4.5, 200])
-    add(optuna.trial.TrialState.PRUNED, {"curve": [[0, 11, 7.0]], "n_params": 300})
-    add(optuna.trial.TrialState.FAIL, {"curve": [[0, 11, 3.0]], "n_params": 100})
-    scheduler = _scheduler(cfg, study, n_rungs=2)
+    add(optuna.trial.TrialState.COMPLETE, {"curve": curve_a, "n_params": 200, **same}, [4.5, 200])
+    add(optuna.trial.TrialState.PRUNED, {"curve": [[0, 11, 7.0]], "n_params": 300, **same})
+    add(optuna.trial.TrialState.FAIL, {"curve": [[0, 11, 3.0]], "n_params": 100, **same})
+    add(optuna.trial.TrialState.PRUNED, {"curve": [[0, 11, 2.0]], "n_params": 150, "rung_tokens": 2048})
+    add(optuna.trial.TrialState.COMPLETE, {"curve": [[0, 11, 2.5]], "n_params": 160}, [3.0, 160])  # older
+    scheduler = _scheduler(cfg, study, n_rungs=2, rung_tokens=512)
     assert scheduler.halving.pools == [{1: (6.0, 200.0), 2: (7.0, 300.0)}, {1: (5.0, 200.0)}]
 
 
@@ -205,6 +209,8 @@ def test_study_with_early_stopping_ends_with_the_asked_finished_trials(stopped_s
         assert attrs["curve"][-1][1:] == [attrs["stopped_at_step"], attrs["rung_val_perplexity"]]
     for t in complete[1:]:
         assert [point[0] for point in t.user_attrs["curve"]] == [0, 1]  # both rungs reached
+    for t in [*pruned, *complete[1:]]:
+        assert t.user_attrs["rung_tokens"] == 1024  # the study's [early_stopping] eval_tokens
 
 
 @pytest.mark.slow
@@ -232,7 +238,10 @@ def test_a_rung_scores_every_kth_window_spread_over_the_whole_slice():
     sub_x, sub_y = rung_windows((x, x + 1), max_tokens=40)  # 10 windows' worth: every 4th
     assert sub_x[:, 0].tolist() == [4 * i for i in range(0, 40, 4)]
     assert torch.equal(sub_y, sub_x + 1)
-    assert rung_windows((x, x), max_tokens=30)[0].numel() <= 30  # never more than asked
+    spread = rung_windows((x, x), max_tokens=100)[0][:, 0] // 4  # 25 of the 40 windows
+    assert len(spread) == 25 and spread[0] == 0 and spread[-1] >= 38  # first to last
+    assert len(set(spread.tolist())) == 25 and set(spread.diff().tolist()) <= {1, 2}  # evenly
+    assert rung_windows((x, x), max_tokens=30)[0].numel() == 28  # whole windows, never more
     assert rung_windows((x, x), max_tokens=1_000)[0].shape == x.shape  # a larger budget: all of it
     assert rung_windows((x, x), max_tokens=1)[0].shape == (1, 4)  # at least one window
 

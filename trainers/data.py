@@ -4,7 +4,6 @@ evaluation slice and the bytes it covers (bits per byte compare across tokenizer
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,15 +123,15 @@ def eval_windows(tokens: torch.Tensor, block_size: int, max_tokens: int) -> tupl
 def rung_windows(
     windows: tuple[torch.Tensor, torch.Tensor], max_tokens: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every k-th window of the evaluation slice, at most ``max_tokens`` predicted tokens (all of
-    them when the slice is no larger): what early stopping scores at a rung, where only the
-    ranking of trials matters. Spread over the slice, not its start: the validation text is not
-    homogeneous (BENCHMARKS.md, evaluation noise), and a prefix would rank trials by its first
-    pages."""
+    """``max_tokens // block_size`` windows of the evaluation slice (at least one; all of them
+    when the slice is no larger), evenly spaced over it: what early stopping scores at a rung,
+    where only the ranking of trials matters. Spread over the slice, not its start: the validation
+    text is not homogeneous (BENCHMARKS.md, what a rung scores), and a prefix would rank trials by
+    its first pages."""
     x, y = windows
     wanted = max(1, min(len(x), max_tokens // x.shape[1]))
-    step = math.ceil(len(x) / wanted)
-    return x[::step], y[::step]
+    chosen = torch.arange(wanted) * len(x) // wanted
+    return x[chosen], y[chosen]
 
 
 def window_bytes(tokenizer: Tokenizer, windows: tuple[torch.Tensor, torch.Tensor]) -> int:

@@ -45,6 +45,7 @@ class RungReport:
     val_perplexity: float
     n_params: int
     cpu_seconds: float  # the trial's CPU time so far (see TrialResult.cpu_seconds)
+    tokens: int = 0  # validation tokens scored (rung_slice): points scored on others do not compare
 
 
 @dataclass
@@ -104,6 +105,13 @@ def _resume_point(dirs: list[Path], hp: TrialHParams, identity: dict, device: to
         generator_state = torch.tensor(meta["generator_state"], dtype=torch.uint8)
         return model.train(), outcome, meta["prune_seconds"], generator_state
     return None
+
+
+def rung_slice(setup: TrialSetup, rung_eval_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """What a rung scores: ``rung_eval_tokens`` of the trial's evaluation slice, spread over it
+    (``rung_windows``); 0: all of it."""
+    windows = eval_windows(setup.corpus.val, setup.dense.model_config.block_size, setup.budget.eval_tokens)
+    return rung_windows(windows, rung_eval_tokens) if rung_eval_tokens else windows
 
 
 def run_trial(
@@ -173,7 +181,7 @@ def run_trial(
     # Methods that trained no weights while pruning get those steps here: equal budgets for all.
     steps = budget.finetune_steps + budget.prune_steps - outcome.trained_steps
     windows = eval_windows(setup.corpus.val, cfg.block_size, budget.eval_tokens)
-    scored_at_rungs = rung_windows(windows, rung_eval_tokens) if rung_eval_tokens else windows
+    scored_at_rungs = rung_slice(setup, rung_eval_tokens)
     total, nonembed = model.count_parameters()  # fixed once the heads are removed
     curve: list[list[float]] = []
     rung_at: dict[int, int] = {}  # fine-tuning step -> rung (two rungs on one step: the first)
@@ -186,7 +194,8 @@ def run_trial(
             curve.append([rung_at[step], step, ppl])
             if report_rung is not None:
                 cpu = time.process_time() - cpu_start
-                report_rung(RungReport(rung_at[step], step, steps, ppl, total, cpu))
+                tokens = scored_at_rungs[1].numel()
+                report_rung(RungReport(rung_at[step], step, steps, ppl, total, cpu, tokens))
         return False
 
     if steps:
