@@ -105,6 +105,11 @@ def launch(
     return run_own_session([str(LAUNCH_STUDY), *args], timeout, cwd=cwd, env=env)
 
 
+def run_smoke_study(url: str, name: str, *extra: str, cwd: Path, **options) -> subprocess.CompletedProcess:
+    """``launch-study run`` of the smoke study into ``url`` under ``name`` (``launch``'s options)."""
+    return launch("run", str(SMOKE), "--storage", url, "--study-name", name, *extra, cwd=cwd, **options)
+
+
 def cli_in_process(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     """The CLI's ``main`` in this process (no interpreter start-up): for the many quick error
     cases. Argument errors exit through SystemExit like the console script does."""

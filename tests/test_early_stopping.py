@@ -31,6 +31,8 @@ def test_rungs_are_the_fractions_below_one():
     assert EarlyStopping(enabled=False).rungs() == []
     assert EarlyStopping(enabled=True).rungs() == pytest.approx([1 / 9, 1 / 3])
     assert EarlyStopping(enabled=True, reduction_factor=2, min_fraction=0.25).rungs() == [0.25, 0.5]
+    # 0.111 x 9 = 0.999: not a rung on the last step, where a finished trial would be "stopped"
+    assert EarlyStopping(enabled=True, min_fraction=0.111).rungs() == pytest.approx([0.111, 0.333])
 
 
 def test_nondominated_ranks_peel_fronts():

@@ -25,9 +25,9 @@ from helpers import (
     expected_front,
     frontier_triples,
     kill_new_ray_processes,
-    launch,
     leftover_ray_processes,
     ray_processes,
+    run_smoke_study,
     server_url,
     start_own_session,
 )
@@ -153,7 +153,7 @@ class TestDriverKilled:
             kill_new_ray_processes(before)
         done_before = completed(url, name)
         time.sleep(2.2)  # the dead driver's lease expires
-        again = launch("run", str(SMOKE), "--storage", url, "--study-name", name, *SLOWER, cwd=tmp_path)
+        again = run_smoke_study(url, name, *SLOWER, cwd=tmp_path)
         assert again.returncode == 0, again.stderr[-3000:]
         assert "took over the study from" in again.stderr  # the killed driver's lease, said so
         check_invariants(url, name, done_before)
@@ -218,7 +218,7 @@ class TestInterruptsAndRaces:
         if signum == signal.SIGTERM:
             return
         done_before = completed(url, name)
-        again = launch("run", str(SMOKE), "--storage", url, "--study-name", name, *SLOWER, cwd=tmp_path)
+        again = run_smoke_study(url, name, *SLOWER, cwd=tmp_path)
         assert again.returncode == 0, again.stderr[-3000:]
         study = check_invariants(url, name, done_before)
         params = [
@@ -239,18 +239,7 @@ class TestInterruptsAndRaces:
         try:
             wait_for(log, r"trial 0: started", first)
             time.sleep(2.5)  # longer than the newcomer's TTL
-            second = launch(
-                "run",
-                str(SMOKE),
-                "--storage",
-                url,
-                "--study-name",
-                name,
-                *SLOWER,
-                "--set",
-                "study.lease_seconds=1",
-                cwd=tmp_path,
-            )
+            second = run_smoke_study(url, name, *SLOWER, "--set", "study.lease_seconds=1", cwd=tmp_path)
             assert second.returncode == 2 and "being run by another driver" in second.stderr, second.stderr
             assert first.wait(timeout=300) == 0, log.read_text()[-3000:]
         finally:

@@ -16,13 +16,12 @@ import optuna
 import pytest
 import sqlalchemy as sa
 from helpers import (
-    SMOKE,
     drop_study,
     expected_front,
     frontier_triples,
-    launch,
     leftover_ray_processes,
     ray_processes,
+    run_smoke_study,
     server_url,
 )
 from sqlalchemy.orm import Session
@@ -127,16 +126,7 @@ def test_smoke_study_on_postgresql_keeps_the_password_out_of_files_and_logs(tmp_
     # a short folder, since Ray's socket paths must fit in 107 characters.
     ray_tmp = Path(tempfile.mkdtemp(prefix="hp-ray-", dir="/tmp"))
     try:
-        run = launch(
-            "run",
-            str(SMOKE),
-            "--storage",
-            url,
-            "--study-name",
-            name,
-            cwd=tmp_path,
-            env={"RAY_TMPDIR": str(ray_tmp)},
-        )
+        run = run_smoke_study(url, name, cwd=tmp_path, env={"RAY_TMPDIR": str(ray_tmp)})
         assert run.returncode == 0, run.stderr[-3000:]
         assert leftover_ray_processes(before) == {}
         store = open_store(server)
