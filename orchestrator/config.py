@@ -65,7 +65,7 @@ class EarlyStopping:
     reduction_factor: float = bounded(3.0, 1.5, doc="1 / the share of trials a rung lets go on")
     min_fraction: float = bounded(1.0 / 9.0, 0.0, 1.0, high_open=True, doc="the first rung")
     eval_tokens: int = bounded(
-        0, 0, doc="validation tokens scored at a rung, every k-th window of the trial's (0: all of them)"
+        0, 0, doc="validation tokens a rung scores, spread over the trial's slice (0: all of it)"
     )
 
     def rungs(self) -> list[float]:
