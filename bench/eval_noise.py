@@ -15,10 +15,11 @@ scores the checkpoint with a quarter of its heads removed at random (no fine-tun
 and reports the spread of that ratio over the same slices. Target (issue 11): the study's
 evaluation stable to 0.2%.
 
-Early stopping's rungs score a subset of the windows (``[early_stopping] eval_tokens``): every
-k-th one, so that the subset samples the whole text. The third table is the same spread over
-interleaved subsets (window i in subset i mod k), and the CPU seconds of one evaluation of the
-subset beside the whole split's (medians of 3, measured alternately).
+Early stopping's rungs score a subset of the windows (``[early_stopping] eval_tokens``), evenly
+spaced so that the subset samples the whole text. The third table is the same spread over
+interleaved subsets (window i in subset i mod k: evenly spaced too), and the CPU seconds of one
+evaluation of the study's rung subset beside the whole split's (medians of 3, measured
+alternately).
 """
 
 from __future__ import annotations
