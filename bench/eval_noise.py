@@ -111,7 +111,7 @@ def main() -> None:
         rows,
     )
     windows = eval_windows(corpus.val, block, cfg.budget.eval_tokens)
-    subset = rung_windows(windows, cfg.early_stopping.eval_tokens or cfg.budget.eval_tokens)
+    subset = rung_windows(windows, cfg.early_stopping.eval_tokens)
     times: dict[str, list[float]] = {"whole": [], "subset": []}
     for _ in range(3):
         for name, scored in (("whole", windows), ("subset", subset)):

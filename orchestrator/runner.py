@@ -49,11 +49,11 @@ from orchestrator.storage import (
     sqlite_database,
     study_exists,
 )
-from trainers.data import Corpus, CorpusError
+from trainers.data import Corpus, CorpusError, rung_windows
 from trainers.families import FamilyConfig
 from trainers.model import ModelConfig
 from trainers.pretrain import DenseCheckpoint, ensure_dense_checkpoint
-from trainers.trial import TrialSetup, rung_slice
+from trainers.trial import TrialSetup, evaluation_windows
 
 
 @dataclass
@@ -443,7 +443,7 @@ def _search(cfg: StudyConfig, opts: RunOptions, driver: StudyDriver, setup: Tria
                     cfg,
                     driver.study,
                     len(rungs),
-                    rung_slice(setup, cfg.early_stopping.eval_tokens)[1].numel(),
+                    rung_windows(evaluation_windows(setup), cfg.early_stopping.eval_tokens)[1].numel(),
                 ),
                 num_samples=-1,  # the searcher says when the study is done
                 max_concurrent_trials=opts.max_concurrent,

@@ -246,6 +246,7 @@ def test_a_rung_scores_every_kth_window_spread_over_the_whole_slice():
     assert rung_windows((x, x), max_tokens=30)[0].numel() == 28  # whole windows, never more
     assert rung_windows((x, x), max_tokens=1_000)[0].shape == x.shape  # a larger budget: all of it
     assert rung_windows((x, x), max_tokens=1)[0].shape == (1, 4)  # at least one window
+    assert rung_windows((x, x), max_tokens=0)[0].shape == x.shape  # 0: the whole slice
 
 
 def test_a_rung_scores_its_subset_and_the_trial_ends_on_the_whole_slice(tmp_path, small_text):

@@ -124,11 +124,13 @@ def rung_windows(
     windows: tuple[torch.Tensor, torch.Tensor], max_tokens: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``max_tokens // block_size`` windows of the evaluation slice (at least one; all of them
-    when the slice is no larger), evenly spaced over it: what early stopping scores at a rung,
-    where only the ranking of trials matters. Spread over the slice, not its start: the validation
-    text is not homogeneous (BENCHMARKS.md, what a rung scores), and a prefix would rank trials by
-    its first pages."""
+    when the slice is no larger or ``max_tokens`` is 0), evenly spaced over it: what early
+    stopping scores at a rung, where only the ranking of trials matters. Spread over the slice,
+    not its start: the validation text is not homogeneous (BENCHMARKS.md, what a rung scores),
+    and a prefix would rank trials by its first pages."""
     x, y = windows
+    if not max_tokens:
+        return windows
     wanted = max(1, min(len(x), max_tokens // x.shape[1]))
     chosen = torch.arange(wanted) * len(x) // wanted
     return x[chosen], y[chosen]

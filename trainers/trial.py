@@ -45,7 +45,7 @@ class RungReport:
     val_perplexity: float
     n_params: int
     cpu_seconds: float  # the trial's CPU time so far (see TrialResult.cpu_seconds)
-    tokens: int = 0  # validation tokens scored (rung_slice): points scored on others do not compare
+    tokens: int = 0  # validation tokens scored (rung_windows): points scored on others do not compare
 
 
 @dataclass
@@ -107,11 +107,10 @@ def _resume_point(dirs: list[Path], hp: TrialHParams, identity: dict, device: to
     return None
 
 
-def rung_slice(setup: TrialSetup, rung_eval_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """What a rung scores: ``rung_eval_tokens`` of the trial's evaluation slice, spread over it
-    (``rung_windows``); 0: all of it."""
-    windows = eval_windows(setup.corpus.val, setup.dense.model_config.block_size, setup.budget.eval_tokens)
-    return rung_windows(windows, rung_eval_tokens) if rung_eval_tokens else windows
+def evaluation_windows(setup: TrialSetup) -> tuple[torch.Tensor, torch.Tensor]:
+    """The study's evaluation slice, the same for every trial: a trial's final perplexity
+    scores all of it, a rung ``rung_windows`` of it."""
+    return eval_windows(setup.corpus.val, setup.dense.model_config.block_size, setup.budget.eval_tokens)
 
 
 def run_trial(
@@ -180,8 +179,8 @@ def run_trial(
     start = time.perf_counter()
     # Methods that trained no weights while pruning get those steps here: equal budgets for all.
     steps = budget.finetune_steps + budget.prune_steps - outcome.trained_steps
-    windows = eval_windows(setup.corpus.val, cfg.block_size, budget.eval_tokens)
-    scored_at_rungs = rung_slice(setup, rung_eval_tokens)
+    windows = evaluation_windows(setup)
+    scored_at_rungs = rung_windows(windows, rung_eval_tokens)
     total, nonembed = model.count_parameters()  # fixed once the heads are removed
     curve: list[list[float]] = []
     rung_at: dict[int, int] = {}  # fine-tuning step -> rung (two rungs on one step: the first)
