@@ -259,8 +259,8 @@ def test_the_start_up_spread_follows_the_runs_n_trials_and_the_study_files_overr
 
     from orchestrator.runner import startup_trials
 
-    cfg = load_study_config(REPO / "studies" / "tinyshakespeare.toml")  # n_trials = 20
-    assert startup_trials(cfg, 4) == 3  # a run of --n-trials 4, not the file's 20
+    cfg = load_study_config(REPO / "studies" / "tinyshakespeare.toml")  # n_trials = 18
+    assert startup_trials(cfg, 4) == 3  # a run of --n-trials 4, not the file's 18
     assert startup_trials(cfg, 100) == 10
     overridden = load_study_config(REPO / "studies" / "tinyshakespeare.toml", ["study.startup_trials=6"])
     assert startup_trials(overridden, 4) == 6
