@@ -54,6 +54,9 @@ class StudySettings:
         0, 0, doc="trials spread over sparsity before the sampler models the results (0: min(10, n/2 + 1))"
     )
     sampler: str = choice("tpe", SAMPLERS, doc="how Optuna chooses after the start-up (README: the sampler)")
+    gap_fill_every: int = bounded(
+        0, 0, doc="after the start-up, every N-th trial fills the front's widest gap (0: none; README)"
+    )
 
 
 @dataclass(frozen=True)

@@ -26,15 +26,17 @@ from ray.tune.search import Searcher
 from ray.tune.stopper import Stopper
 
 from orchestrator.early_stopping import RUNG_KEY
+from orchestrator.front_gaps import gap_fill_point
 from orchestrator.progress import say
 from orchestrator.records import OBJECTIVES, record_result
-from orchestrator.search_space import SearchSpace
+from orchestrator.search_space import Range, SearchSpace
 from trainers.hparams import TrialHParams
 from trainers.trial import TRANSIENT_ERRORS, RungReport, TrialSetup, run_trial
 
 RESULT_KEY = "trial_result"  # the whole TrialResult, as JSON, beside the two objectives
 ERROR_KEY = "trial_error"  # a deterministic failure, reported as a result so Tune does not retry it
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+RUNNING = optuna.trial.TrialState.RUNNING
 CONTROL_NOTE = "nothing sampled: values the study file fixes as set, searched ones at their defaults"
 
 
@@ -130,6 +132,7 @@ class StudyDriver:
         models_dir: Path,
         on_finished: Callable[[int], None],
         spread_trials: int = 0,
+        gap_fill_every: int = 0,
         trial_cpu_seconds_budget: float | None = None,
         still_leased: Callable[[], bool] = lambda: True,
     ) -> None:
@@ -140,6 +143,7 @@ class StudyDriver:
         self.interrupted_by: int | None = None  # the signal that stopped the run (interrupts.py)
         self.n_trials, self.max_failed = n_trials, max_failed
         self.spread_trials = spread_trials  # the first trials after the dense control spread sparsity
+        self.gap_fill_every = gap_fill_every  # then every N-th fills the front's widest gap
         self.on_finished = on_finished
         self.models_dir = models_dir  # <artifacts>/trials/<study>: one folder per trial number
         finished = study.get_trials(deepcopy=False, states=FINISHED)
@@ -210,14 +214,29 @@ class StudyDriver:
     def _enqueue_spread(self) -> None:
         """Start-up trials are a sweep of one method over an even spread of sparsity, its
         settings as ``[startup]`` says or at their defaults (``SearchSpace.start_point``), so a
-        short study's front spans the range with settings known to work."""
+        short study's front spans the range with settings known to work. After them, every
+        ``gap_fill_every``-th trial fills the front's widest gap (``front_gaps``)."""
         trials = self.study.get_trials(deepcopy=False)
         if any(t.state == optuna.trial.TrialState.WAITING for t in trials):
             return  # a retry asked for earlier goes first
         index = sum(not t.user_attrs.get("dense_control") for t in trials)
-        point = self.space.start_point(index) if index < self.spread_trials else None
+        if index < self.spread_trials:
+            point = self.space.start_point(index)
+        elif self.gap_fill_every and (index - self.spread_trials) % self.gap_fill_every == 0:
+            point = self._gap_fill(trials)
+        else:
+            point = None
         if point is not None:
             self.study.enqueue_trial(point)
+
+    def _gap_fill(self, trials: list[optuna.trial.FrozenTrial]) -> dict | None:
+        """A trial in the middle of the front's widest step, with the settings of the point at
+        its smaller end (``front_gaps``); None, and the sampler chooses, when there is no gap."""
+        sparsity = self.space.entries.get("sparsity")
+        if not isinstance(sparsity, Range):
+            return None
+        running = [t.params["sparsity"] for t in trials if t.state == RUNNING and "sparsity" in t.params]
+        return gap_fill_point(trials, running, sparsity.low, sparsity.high)
 
     def note_retry(self, tune_trial_id: str, error: Exception | None) -> None:
         trial = self.live.get(tune_trial_id)

@@ -294,6 +294,7 @@ def _run_leased(
         models_dir=opts.artifacts / "trials" / opts.study_name,
         on_finished=lambda number: _after_trial(store, study, driver, number),
         spread_trials=startup_trials(cfg, opts.n_trials),
+        gap_fill_every=cfg.study.gap_fill_every,
         trial_cpu_seconds_budget=opts.trial_cpu_seconds_budget,
         still_leased=lambda: not lease.lost.is_set(),
     )
