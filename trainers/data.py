@@ -128,9 +128,9 @@ def rung_windows(
     stopping scores at a rung, where only the ranking of trials matters. Spread over the slice,
     not its start: the validation text is not homogeneous (BENCHMARKS.md, what a rung scores),
     and a prefix would rank trials by its first pages."""
-    x, y = windows
     if not max_tokens:
         return windows
+    x, y = windows
     wanted = max(1, min(len(x), max_tokens // x.shape[1]))
     chosen = torch.arange(wanted) * len(x) // wanted
     return x[chosen], y[chosen]
