@@ -16,19 +16,15 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
+from orchestrator.frontier import pareto_front
+
 
 def front_of(trials: Iterable[FrozenTrial]) -> list[FrozenTrial]:
     """COMPLETE trials no other beats on both objectives (perplexity, parameters), largest first."""
     done = [t for t in trials if t.values is not None and len(t.values) == 2]
-    front = [
-        t
-        for t in done
-        if not any(
-            o.values[0] <= t.values[0] and o.values[1] <= t.values[1] and o.values != t.values for o in done
-        )
-    ]
-    # one point per (perplexity, parameters): repeats add no area
-    unique = {tuple(t.values): t for t in sorted(front, key=lambda t: t.number)}
+    front = pareto_front(sorted(done, key=lambda t: t.number), key=lambda t: t.values)
+    # one point per (perplexity, parameters), the latest: repeats add no area
+    unique = {tuple(t.values): t for t in front}
     return sorted(unique.values(), key=lambda t: -t.values[1])
 
 

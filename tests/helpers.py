@@ -25,6 +25,29 @@ CORPUS = REPO / "studies" / "data" / "tinyshakespeare.txt"  # the shipped corpus
 LAUNCH_STUDY = Path(sys.executable).parent / "launch-study"
 
 
+def default_study_driver(tmp_path: Path, **options):
+    """A ``StudyDriver`` on the default study's search space and a seeded TPE sampler, asked and
+    told directly (no Tune): ``options`` are the driver's start-up settings."""
+    from orchestrator.config import load_study_config
+    from orchestrator.execution import StudyDriver
+    from orchestrator.runner import make_sampler
+
+    cfg = load_study_config(REPO / "studies" / "tinyshakespeare.toml")
+    study = optuna.create_study(
+        directions=["minimize", "minimize"],
+        sampler=make_sampler("tpe", seed=0, startup=options.pop("startup")),
+    )
+    return StudyDriver(
+        study,
+        cfg.search,
+        n_trials=12,
+        max_failed=0,
+        models_dir=tmp_path,
+        on_finished=lambda n: None,
+        **options,
+    )
+
+
 def free_port() -> int:
     """A TCP port nothing listens on now (the OS picks it)."""
     import socket

@@ -95,26 +95,9 @@ def result_for(hparams: dict, ppl: float) -> dict:
 def test_the_driver_alternates_gap_fills_with_the_samplers_trials(tmp_path):
     """The default study's space, a start-up of 3, a gap fill every 2nd trial after it: the 1st
     and 3rd trials after the start-up fill the widest free step, the 2nd is the sampler's."""
-    from helpers import REPO
+    from helpers import default_study_driver
 
-    from orchestrator.config import load_study_config
-    from orchestrator.execution import StudyDriver
-    from orchestrator.runner import make_sampler
-
-    cfg = load_study_config(REPO / "studies" / "tinyshakespeare.toml")
-    study = optuna.create_study(
-        directions=["minimize", "minimize"], sampler=make_sampler("tpe", seed=0, startup=4)
-    )
-    driver = StudyDriver(
-        study,
-        cfg.search,
-        n_trials=12,
-        max_failed=0,
-        models_dir=tmp_path,
-        on_finished=lambda n: None,
-        spread_trials=3,
-        gap_fill_every=2,
-    )
+    driver = default_study_driver(tmp_path, startup=4, spread_trials=3, gap_fill_every=2)
 
     def ask(name: str) -> dict:
         return driver.next_config(name)["hparams"]

@@ -270,25 +270,9 @@ def test_the_default_studys_start_up_is_a_sweep_of_its_first_method_then_the_sam
     """Through the driver that Tune's searcher asks: the dense control, then the start-up trials
     (importance, listed first in the default study, at [startup]'s lr, the defaults and the spread's
     sparsities), then trials the sampler chooses (their settings sampled, not the defaults)."""
-    import optuna
-    from helpers import REPO
+    from helpers import default_study_driver
 
-    from orchestrator.execution import StudyDriver
-    from orchestrator.runner import make_sampler
-
-    cfg = load_study_config(REPO / "studies" / "tinyshakespeare.toml")
-    study = optuna.create_study(
-        directions=["minimize", "minimize"], sampler=make_sampler("tpe", seed=0, startup=3)
-    )
-    driver = StudyDriver(
-        study,
-        cfg.search,
-        n_trials=12,
-        max_failed=0,
-        models_dir=tmp_path,
-        on_finished=lambda n: None,
-        spread_trials=3,
-    )
+    driver = default_study_driver(tmp_path, startup=3, spread_trials=3)
     asked = [driver.next_config(f"t{i}")["hparams"] for i in range(12)]
     assert asked[0]["method"] == "dense"
     start_up = asked[1:4]
