@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from orchestrator.frontier import pareto_front
 
@@ -44,12 +44,16 @@ def gap_fill_point(
     with no running trial's target inside it; the target keeps the mean of the ends' heads; the
     rest is the smaller end's parameters as sampled (its method and its knobs), so the sampler
     models the trial like any other. The dense control has none: a gap next to it only ends there.
+    A gap whose fill was already tried (stopped early, or finished off the front) is passed over:
+    a trial is deterministic in its parameters, so asking it again would repeat its result.
     """
+    trials = list(trials)  # read twice: the front, and the fills already tried
     front = [t for t in front_of(trials) if "heads_per_layer" in t.user_attrs]
     if len(front) < 2:
         return None
     total = heads_kept(front[0])[1]
     running = [round((1.0 - s) * total) for s in running_sparsities]
+    tried = [t.params for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
     best, best_area = None, 0.0
     for big, small in zip(front, front[1:]):
         (kept_big, _), (kept_small, _) = heads_kept(big), heads_kept(small)
@@ -61,7 +65,10 @@ def gap_fill_point(
         sparsity = min(high, max(low, 1.0 - kept / total))
         if not kept_small < round((1.0 - sparsity) * total) < kept_big:
             continue  # the range does not reach inside the gap
+        point = {**small.params, "sparsity": sparsity}
+        if point in tried:
+            continue  # this fill ran already and did not close the gap
         area = (big.values[1] - small.values[1]) * (small.values[0] - big.values[0])
         if area > best_area:
-            best, best_area = {**small.params, "sparsity": sparsity}, area
+            best, best_area = point, area
     return best

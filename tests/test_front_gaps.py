@@ -14,6 +14,11 @@ from trainers.trial import TrialResult
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 HEADS, LAYERS = 32, 4
+DISTRIBUTIONS = {
+    "method": CategoricalDistribution(["importance", "topk"]),
+    "sparsity": FloatDistribution(0.05, 0.875),
+    "lr": FloatDistribution(1e-3, 6e-3, log=True),
+}
 
 
 def n_params(kept: int) -> int:
@@ -28,15 +33,10 @@ def per_layer(kept: int) -> list[int]:
 def finished(kept: int, ppl: float, params: dict | None = None) -> optuna.trial.FrozenTrial:
     """A COMPLETE trial as the driver records it: values, what it achieved, what it was given."""
     params = params or {}
-    distributions = {
-        "method": CategoricalDistribution(["importance", "topk"]),
-        "sparsity": FloatDistribution(0.05, 0.875),
-        "lr": FloatDistribution(1e-3, 6e-3, log=True),
-    }
     return optuna.trial.create_trial(
         values=[ppl, n_params(kept)],
         params=params,
-        distributions={k: distributions[k] for k in params},
+        distributions={k: DISTRIBUTIONS[k] for k in params},
         user_attrs={"heads_per_layer": per_layer(kept), "sparsity": 1 - kept / HEADS},
     )
 
@@ -64,6 +64,18 @@ def test_the_widest_step_is_filled_halfway_with_its_smaller_ends_settings():
 def test_a_step_a_running_trial_is_on_its_way_to_is_left_to_it():
     point = gap_fill_point([DENSE, MILD, TOPK_SMALL], [0.5], 0.05, 0.875)  # 16 heads: inside 24 -> 4
     assert point == {"method": "importance", "sparsity": 1 - 28 / 32, "lr": 3e-3}  # dense -> 24 instead
+
+
+def test_a_fill_already_tried_is_not_asked_again():
+    widest_fill = {"method": "topk", "sparsity": 1 - 14 / 32, "lr": 2e-3}
+    stopped = optuna.trial.create_trial(
+        state=optuna.trial.TrialState.PRUNED, params=widest_fill, distributions=DISTRIBUTIONS
+    )
+    point = gap_fill_point([DENSE, MILD, TOPK_SMALL, stopped], [], 0.05, 0.875)
+    assert point == {"method": "importance", "sparsity": 1 - 28 / 32, "lr": 3e-3}  # the next widest
+    off_the_front = finished(14, 7.5, widest_fill)  # finished, but dominated: the gap stays open
+    point = gap_fill_point([DENSE, MILD, TOPK_SMALL, off_the_front], [], 0.05, 0.875)
+    assert point == {"method": "importance", "sparsity": 1 - 28 / 32, "lr": 3e-3}
 
 
 def test_no_gap_without_a_size_in_between_or_inside_the_range():
