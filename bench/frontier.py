@@ -34,6 +34,8 @@ Each seed also runs the dense control once (nothing sampled, as the study's tria
 arm's front holds it and every arm pays for it: the searched arm runs its own, the others share
 this one and have its CPU time taken from their budget (until December 2026 it was free to them).
 Every front is normalised by it: perplexity / dense, parameters / dense, reference point (2, 1).
+A second table gives each arm's hypervolume after a quarter, a half and three quarters of the
+budget (its first trials within that much CPU), so one run shows where one arm passes another.
 Per arm: the hypervolume, the best perplexity / dense among points with >= 50% and >= 75% of the
 heads removed, the trials finished and the configurations per CPU-hour. Targets (issue 11): the
 searched hypervolume beats every other arm on the mean and on at least 2 of 3 seeds; at 50%
@@ -241,6 +243,20 @@ def summarise(points: list[dict], dense: dict) -> dict:
     }
 
 
+def hypervolume_within(points: list[dict], dense: dict, seconds: float) -> float:
+    """The hypervolume of the arm's first trials, in the order they ran, whose CPU time adds up
+    to at most ``seconds``: what the arm had found at that part of the budget. One run so shows
+    at which budget one arm passes another (both measured side by side, not in separate runs)."""
+    spent, found = 0.0, []
+    for p in points:
+        spent += p["seconds"]
+        if spent > seconds:
+            break
+        if "ppl" in p:
+            found.append((p["ppl"], p["params"]))
+    return normalised_hypervolume(found, (dense["ppl"], dense["params"]))
+
+
 def mean_and_range(values: list[float | None]) -> str:
     """Mean [min, max]; over the seeds that have a value, said when some have none."""
     known = [v for v in values if v is not None]
@@ -325,6 +341,28 @@ def report(per_seed: list[dict], budget_minutes: float, cpus_per_trial: float) -
                 mean_and_range(column(arm, "ppl_ratio_50")),
                 mean_and_range(column(arm, "ppl_ratio_75")),
                 f"{statistics.mean(column(arm, 'trials_per_cpu_hour')):.0f}",
+            ]
+            for arm in arms
+        ],
+    )
+    # The last column is the whole run, as above: its last trial may end past the budget.
+    fractions = (0.25, 0.5, 0.75, math.inf)
+    print_table(
+        "hypervolume as the budget is spent: mean [min, max] over the seeds of each arm's first "
+        "trials within that much CPU",
+        ["arm", *(f"{budget_minutes * f:g} CPU-min" for f in fractions[:-1]), "the whole run"],
+        [
+            [
+                arm,
+                *(
+                    mean_and_range(
+                        [
+                            hypervolume_within(seed["arms"][arm], seed["dense"], budget_minutes * 60 * f)
+                            for seed in per_seed
+                        ]
+                    )
+                    for f in fractions
+                ),
             ]
             for arm in arms
         ],
