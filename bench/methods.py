@@ -39,6 +39,7 @@ METHODS: dict[str, dict] = {
     "l0_target frozen+distill": {"method": "l0_target", "distill": True, **FROZEN},
     "topk frozen+distill": {"method": "topk", "distill": True, **FROZEN},
     "importance": {"method": "importance"},
+    "importance+distill": {"method": "importance", "distill": True},
     "random": {"method": "random"},
 }
 
