@@ -231,9 +231,7 @@ def summarise(points: list[dict], dense: dict) -> dict:
 
     seconds = sum(p["seconds"] for p in points)
     return {
-        "hypervolume": normalised_hypervolume(
-            [(p["ppl"], p["params"]) for p in finished], (dense["ppl"], dense["params"])
-        ),
+        "hypervolume": hypervolume_within(points, dense, math.inf),
         "ppl_ratio_50": best_from(0.5),
         "ppl_ratio_75": best_from(0.75),
         "trials": len(points),
