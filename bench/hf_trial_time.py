@@ -1,12 +1,14 @@
 """What a trial of a GPT-2-small-sized model (124M parameters) costs on this machine.
 
-    python -m bench.hf_trial_time [--steps 3] [--batch 8] [--block 128]
+    python -m bench.hf_trial_time [--steps 3] [--batch 8] [--block 128] [--device auto]
 
 Times the steps a trial is made of, on a GPT-2 of GPT-2 small's sizes (12 layers, 12 heads,
 d_model 768, 50,257 tokens) built from a config (no download): a gated training step (what gate
 methods do while pruning), a plain training step (fine-tuning) and a scoring forward, each the
 median of ``--steps`` after one warm-up. The trial of ``studies/own_model.toml`` (50 gate steps,
-100 fine-tuning steps, 16,384 tokens scored, batch 8 x 128) is extrapolated from them.
+100 fine-tuning steps, 16,384 tokens scored, batch 8 x 128) is extrapolated from them. On a GPU
+(``--device auto`` picks one where there is one) the steps run as the trainer runs them:
+training under bf16 autocast, scoring in fp32, each step timed until the GPU has finished it.
 """
 
 from __future__ import annotations
@@ -18,15 +20,24 @@ import torch
 
 from bench.common import print_json, print_table
 from trainers.hf import HFLanguageModel
-from trainers.training import weight_groups
+from trainers.training import autocast, pick_device, weight_groups
 
 
-def median_step(fn, steps: int) -> float:
-    fn()  # warm-up: allocations, the optimizer's state
+def median_step(fn, steps: int, device: torch.device) -> float:
+    """The median time of ``steps`` calls after one warm-up (allocations, the optimizer's state);
+    on a GPU each call is timed until the device has finished it, not only queued it."""
+
+    def finish() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    fn()
     times = []
     for _ in range(steps):
+        finish()
         start = time.perf_counter()
         fn()
+        finish()
         times.append(time.perf_counter() - start)
     return sorted(times)[len(times) // 2]
 
@@ -36,18 +47,21 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--block", type=int, default=128)
+    parser.add_argument("--device", default="auto", help="auto (a GPU where there is one), cpu or cuda")
     args = parser.parse_args()
     torch.manual_seed(0)
+    device = pick_device(args.device)
     model = HFLanguageModel.from_architecture(
         "gpt2", vocab_size=50257, n_layer=12, n_head=12, d_model=768, block_size=args.block
-    )
+    ).to(device)
     params = model.count_parameters()[0]
-    x = torch.randint(0, 50257, (args.batch, args.block))
+    x = torch.randint(0, 50257, (args.batch, args.block), device=device)
     opt = torch.optim.AdamW(weight_groups(model, 0.01), lr=1e-4)
-    gates = [torch.ones(12, requires_grad=True) for _ in range(12)]
+    gates = [torch.ones(12, requires_grad=True, device=device) for _ in range(12)]
 
     def train_step(head_gates=None) -> None:
-        loss = model.loss(x, x, head_gates)
+        with autocast(device):
+            loss = model.loss(x, x, head_gates)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -57,23 +71,32 @@ def main() -> None:
             model(x)
 
     model.train()
-    gated = median_step(lambda: train_step(gates), args.steps)
-    plain = median_step(train_step, args.steps)
+    gated = median_step(lambda: train_step(gates), args.steps, device)
+    plain = median_step(train_step, args.steps, device)
     model.eval()
-    forward = median_step(score, args.steps)
+    forward = median_step(score, args.steps, device)
     tokens = args.batch * args.block
     trial = 50 * gated + 100 * plain + (16384 / tokens) * forward
     rows = [
-        ["gated training step", f"{gated:.2f} s", f"{tokens / gated:,.0f}"],
-        ["training step", f"{plain:.2f} s", f"{tokens / plain:,.0f}"],
-        ["scoring forward", f"{forward:.2f} s", f"{tokens / forward:,.0f}"],
-        ["own_model.toml trial (50 + 100 steps, 16k tokens scored)", f"{trial / 60:.1f} min", ""],
+        ["gated training step", f"{gated * 1000:.0f} ms", f"{tokens / gated:,.0f}"],
+        ["training step", f"{plain * 1000:.0f} ms", f"{tokens / plain:,.0f}"],
+        ["scoring forward", f"{forward * 1000:.0f} ms", f"{tokens / forward:,.0f}"],
+        ["own_model.toml trial (50 + 100 steps, 16k tokens scored)", f"{trial:.0f} s", ""],
     ]
     title = f"GPT-2 small sizes ({params / 1e6:.0f}M parameters), batch {args.batch} x {args.block}"
-    print_table(f"{title}, torch threads {torch.get_num_threads()}", ["what", "time", "tokens/s"], rows)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    title = f"{title}, {where}, torch threads {torch.get_num_threads()}"
+    print_table(title, ["what", "time", "tokens/s"], rows)
     print_json(
         "hf_trial_time",
-        {"params": params, "gated_step_s": gated, "step_s": plain, "forward_s": forward, "trial_s": trial},
+        {
+            "device": where,
+            "params": params,
+            "gated_step_s": gated,
+            "step_s": plain,
+            "forward_s": forward,
+            "trial_s": trial,
+        },
     )
 
 
