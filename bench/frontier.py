@@ -12,6 +12,9 @@ shows what each arm used. Seeds side by side, e.g. on 2 cores:
     for s in 0 1 2; do python -m bench.frontier --seed-list $s --save f$s.json & done; wait
     python -m bench.frontier --merge f0.json f1.json f2.json   # runs of other arms too
 
+Runs of other arms merge also from a machine of another speed, their budgets being equal in
+trials of the dense control (``merge_seeds``).
+
 The arms:
 
 - ``searched@SAMPLER`` (e.g. ``searched@tpe_multivariate``): the same with ``[study] sampler = SAMPLER``,
@@ -383,26 +386,51 @@ def report(per_seed: list[dict], budget_minutes: float, cpus_per_trial: float) -
 
 def merge_seeds(saved: list[dict]) -> list[dict]:
     """Saved runs as one: the arms of runs of the same seed side by side (run with the same
-    budget from the same dense control, which is checked), the seeds in order."""
+    budget from the same dense control, which is checked), the seeds in order.
+
+    The budgets are compared in trials of the dense control, whose CPU time each run measured,
+    so runs made on machines of different speeds merge: a machine 1.6x slower runs the other
+    arms of a 28-minute comparison on a 45-minute budget. Where the dense control's CPU time
+    differs by more than 3% (another machine, not one machine's noise), the run's CPU times are
+    scaled by the first run's over its own: every arm's "CPU-min" and configurations per
+    CPU-hour then read in the first run's seconds."""
     by_seed: dict[int, dict] = {}
+    budgets: dict[int, float] = {}  # per seed, in trials of the dense control
     for run in saved:
-        if (run["budget_minutes"], run["cpus_per_trial"]) != (
-            saved[0]["budget_minutes"],
-            saved[0]["cpus_per_trial"],
-        ):
-            raise SystemExit("--merge: the runs have different budgets or threads per trial")
+        if run["cpus_per_trial"] != saved[0]["cpus_per_trial"]:
+            raise SystemExit("--merge: the runs have different threads per trial")
         for seed in run["seeds"]:
             known = by_seed.setdefault(seed["seed"], {**seed, "arms": {}})
             if known["dense"]["ppl"] != seed["dense"]["ppl"]:
                 raise SystemExit(f"--merge: seed {seed['seed']}'s runs have different dense controls")
+            budget = run["budget_minutes"] * 60 / seed["dense"]["seconds"]
+            if abs(budget / budgets.setdefault(seed["seed"], budget) - 1) > 0.03:
+                raise SystemExit(
+                    f"--merge: seed {seed['seed']}'s runs have different budgets "
+                    "(in trials of the dense control, whose CPU time each run measured)"
+                )
             twice = set(known["arms"]) & set(seed["arms"])
             if twice:
                 raise SystemExit(f"--merge: seed {seed['seed']} has arm(s) {', '.join(sorted(twice))} twice")
+            scale = known["dense"]["seconds"] / seed["dense"]["seconds"]
+            if abs(scale - 1) > 0.03:  # another machine's speed, not the noise of one machine
+                print(
+                    f"seed {seed['seed']}: {', '.join(seed['arms'])} ran where the dense control took "
+                    f"{seed['dense']['seconds']:.0f} CPU-s against {known['dense']['seconds']:.0f}: "
+                    f"their CPU times are scaled by {scale:.3f}",
+                    flush=True,
+                )
+                seed = {**seed, "arms": rescaled(seed["arms"], scale)}
             known["arms"].update(seed["arms"])
     arms = [set(by_seed[seed]["arms"]) for seed in by_seed]
     if any(a != arms[0] for a in arms):
         raise SystemExit("--merge: the seeds do not all have the same arms")
     return [by_seed[seed] for seed in sorted(by_seed)]
+
+
+def rescaled(arms: dict[str, list[dict]], scale: float) -> dict[str, list[dict]]:
+    """The arms' points with their CPU times in another machine's seconds."""
+    return {arm: [{**p, "seconds": p["seconds"] * scale} for p in points] for arm, points in arms.items()}
 
 
 def main() -> None:
