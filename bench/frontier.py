@@ -66,6 +66,7 @@ from orchestrator.config import SAMPLERS, load_study_config
 from orchestrator.report import normalised_hypervolume
 from orchestrator.runner import RunOptions, prepare_inputs, run_study, startup_trials, study_dense_checkpoint
 from orchestrator.search_space import Range, SearchSpace
+from trainers.gates import heads_to_keep
 from trainers.hparams import TrialHParams
 from trainers.trial import TrialSetup, run_trial
 
@@ -143,17 +144,47 @@ def l0_penalty_at(space: SearchSpace, index: int) -> TrialHParams:
     return sweep_hparams(space, "l0_penalty", index, l0_lambda=math.exp(log_range.spread("x", index)))
 
 
-def sweep_arm(setup: TrialSetup, hparams_at, budget_s: float, dense: dict) -> list[dict]:
+# Methods whose trial depends on its sparsity only through the head count it keeps (the exact
+# budget, trainers.gates.heads_to_keep): two sparsities that keep as many heads run the same trial.
+BY_HEAD_COUNT = ("importance", "random")
+
+
+def sweep_arm(setup: TrialSetup, hparams_at, budget_s: float, dense: dict, run=timed_trial) -> list[dict]:
     """The dense control's point (its CPU time counts against the budget), then trials
-    ``hparams_at(0), hparams_at(1), ...`` until the budget is spent."""
+    ``hparams_at(0), hparams_at(1), ...`` until the budget is spent.
+
+    A sweep over a range of 27 head counts repeats one from about its 19th trial; for a method
+    of BY_HEAD_COUNT the repeat is the same trial (same heads, batches and seed), so after the
+    first repeat has been run and scored exactly as the trial it repeats, later repeats are not
+    run again: the earlier point is taken, its CPU time charged again. The arm's front and
+    budget are what running them would give; only the benchmark's wall time is saved. A first
+    repeat that scores differently turns this off for the arm."""
+    total_heads = sum(setup.dense.model_config.layer_heads)
     points, spent, index = [dense], dense["seconds"], 0
+    ran: dict[str, dict] = {}
+    reuse: bool | None = None  # None until the first repeat has been run and compared
     while spent < budget_s:
-        p = timed_trial(setup, hparams_at(index))
+        hp = hparams_at(index)
+        key = hp.to_dict()
+        if hp.method in BY_HEAD_COUNT:
+            key["sparsity"] = heads_to_keep(total_heads, hp.sparsity)
+        key = json.dumps(key, sort_keys=True)
+        note = ""
+        if key in ran and reuse:
+            p, note = dict(ran[key]), " (a repeat, not run again)"
+        else:
+            p = run(setup, hp)
+            if key in ran and reuse is None:
+                reuse = p["ppl"] == ran[key]["ppl"]
+                note = f" (a repeat, run: {'the same' if reuse else 'NOT the same'} perplexity)"
+            ran.setdefault(key, p)
         points.append(p)
         spent += p["seconds"]
         index += 1
-        line = f"    {p['method']} sparsity {p['sparsity']:.3f}: ppl {p['ppl']:.3f} ({spent:.0f}s)"
-        print(line, flush=True)
+        print(
+            f"    {p['method']} sparsity {p['sparsity']:.3f}: ppl {p['ppl']:.3f} ({spent:.0f}s){note}",
+            flush=True,
+        )
     return points
 
 

@@ -3,10 +3,14 @@ that ran within a part of the budget, in the order they ran, stopped trials' CPU
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
-from bench.frontier import hypervolume_within, merge_seeds, summarise
+from bench.frontier import hypervolume_within, merge_seeds, summarise, sweep_arm
 from orchestrator.report import normalised_hypervolume
+from trainers.gates import heads_to_keep
+from trainers.hparams import TrialHParams
 
 DENSE = {"method": "dense", "sparsity": 0.0, "ppl": 4.0, "params": 1000, "seconds": 40.0}
 
@@ -75,3 +79,54 @@ def test_budgets_of_different_numbers_of_dense_trials_do_not_merge() -> None:
     same_minutes_slower_machine = saved_run(28.0, 64.0, "random", [])
     with pytest.raises(SystemExit, match="different budgets"):
         merge_seeds([here, same_minutes_slower_machine])
+
+
+def counting_run(vary: bool = False):
+    """A stand-in for one trial: its point depends on the heads kept (or, with ``vary``, also on
+    how often it ran, as a trial that is not deterministic would); it records each call."""
+    calls: list[float] = []
+
+    def run(setup, hp: TrialHParams) -> dict:
+        calls.append(hp.sparsity)
+        kept = heads_to_keep(32, hp.sparsity)
+        ppl = 4.0 + (32 - kept) / 10 + (len(calls) / 1000 if vary else 0.0)
+        return {
+            "method": hp.method,
+            "sparsity": 1 - kept / 32,
+            "ppl": ppl,
+            "params": 30 * kept,
+            "seconds": 10.0,
+        }
+
+    return run, calls
+
+
+SETUP = SimpleNamespace(dense=SimpleNamespace(model_config=SimpleNamespace(layer_heads=(8, 8, 8, 8))))
+# 0.5 and 0.51 both keep 16 of 32 heads; 0.25 keeps 24.
+SPARSITIES = [0.5, 0.25, 0.51, 0.5001, 0.2501, 0.7]
+
+
+def sweep_of(method: str):
+    return lambda index: TrialHParams(method=method, sparsity=SPARSITIES[index])
+
+
+def test_a_sweeps_repeats_are_run_once_and_then_charged_without_running() -> None:
+    run, calls = counting_run()
+    points = sweep_arm(SETUP, sweep_of("importance"), 65.0, {**DENSE, "seconds": 5.0}, run=run)
+    # Six trials of 10 s after the dense control's 5: the budget is charged for every one.
+    assert len(points) == 7 and sum(p["seconds"] for p in points) == 65.0
+    # The first repeat (0.51) ran and matched; the next ones (0.5001 keeps 16, 0.2501 keeps 24) did not run.
+    assert calls == [0.5, 0.25, 0.51, 0.7]
+    assert points[4]["ppl"] == points[1]["ppl"] and points[5]["ppl"] == points[2]["ppl"]
+
+
+def test_repeats_that_score_differently_are_all_run() -> None:
+    run, calls = counting_run(vary=True)
+    sweep_arm(SETUP, sweep_of("importance"), 65.0, {**DENSE, "seconds": 5.0}, run=run)
+    assert calls == SPARSITIES
+
+
+def test_a_method_whose_trial_depends_on_the_exact_sparsity_is_never_reused() -> None:
+    run, calls = counting_run()
+    sweep_arm(SETUP, sweep_of("l0_target"), 65.0, {**DENSE, "seconds": 5.0}, run=run)
+    assert calls == SPARSITIES
