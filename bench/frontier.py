@@ -415,36 +415,36 @@ def report(per_seed: list[dict], budget_minutes: float, cpus_per_trial: float) -
         )
 
 
-def merge_seeds(saved: list[dict]) -> list[dict]:
-    """Saved runs as one: the arms of runs of the same seed side by side (run with the same
-    budget from the same dense control, which is checked), the seeds in order.
+def merge_seeds(saved: list[dict]) -> tuple[list[dict], float]:
+    """Saved runs as one, and the budget in minutes they are compared at: the arms of runs of
+    the same seed side by side (from the same dense control, which is checked), the seeds in
+    order.
 
-    The budgets are compared in trials of the dense control, whose CPU time each run measured,
-    so runs made on machines of different speeds merge: a machine 1.6x slower runs the other
-    arms of a 28-minute comparison on a 45-minute budget. Where the dense control's CPU time
-    differs by more than 3% (another machine, not one machine's noise), the run's CPU times are
-    scaled by the first run's over its own: every arm's "CPU-min" and configurations per
-    CPU-hour then read in the first run's seconds."""
+    Runs made on machines of different speeds merge in units of the dense control: where its
+    CPU time differs by more than 3% (another machine, not one machine's noise), a run's CPU
+    times are scaled by the first run's over its own, so every arm's "CPU-min" and
+    configurations per CPU-hour read in the first run's seconds (a machine 1.6x slower runs the
+    other arms of a 28-minute comparison on a 45-minute budget). Every arm is then cut to the
+    smallest budget among the runs, by the rule a run ends by (a trial starts while the CPU time
+    spent is under the budget), so that arms whose budgets came out a little apart (one dense
+    trial is a noisy yardstick of a machine's speed) still compare at equal compute."""
     by_seed: dict[int, dict] = {}
-    budgets: dict[int, float] = {}  # per seed, in trials of the dense control
+    budget_s = math.inf  # the smallest, in the first run's seconds
     for run in saved:
         if run["cpus_per_trial"] != saved[0]["cpus_per_trial"]:
             raise SystemExit("--merge: the runs have different threads per trial")
         for seed in run["seeds"]:
             known = by_seed.setdefault(seed["seed"], {**seed, "arms": {}})
-            if known["dense"]["ppl"] != seed["dense"]["ppl"]:
+            # The same checkpoint and seed: equal up to the rounding of another machine's arithmetic.
+            if not math.isclose(known["dense"]["ppl"], seed["dense"]["ppl"], rel_tol=1e-6):
                 raise SystemExit(f"--merge: seed {seed['seed']}'s runs have different dense controls")
-            budget = run["budget_minutes"] * 60 / seed["dense"]["seconds"]
-            if abs(budget / budgets.setdefault(seed["seed"], budget) - 1) > 0.03:
-                raise SystemExit(
-                    f"--merge: seed {seed['seed']}'s runs have different budgets "
-                    "(in trials of the dense control, whose CPU time each run measured)"
-                )
             twice = set(known["arms"]) & set(seed["arms"])
             if twice:
                 raise SystemExit(f"--merge: seed {seed['seed']} has arm(s) {', '.join(sorted(twice))} twice")
             scale = known["dense"]["seconds"] / seed["dense"]["seconds"]
-            if abs(scale - 1) > 0.03:  # another machine's speed, not the noise of one machine
+            if abs(scale - 1) <= 0.03:
+                scale = 1.0
+            else:
                 print(
                     f"seed {seed['seed']}: {', '.join(seed['arms'])} ran where the dense control took "
                     f"{seed['dense']['seconds']:.0f} CPU-s against {known['dense']['seconds']:.0f}: "
@@ -452,16 +452,39 @@ def merge_seeds(saved: list[dict]) -> list[dict]:
                     flush=True,
                 )
                 seed = {**seed, "arms": rescaled(seed["arms"], scale)}
+            budget_s = min(budget_s, run["budget_minutes"] * 60 * scale)
             known["arms"].update(seed["arms"])
     arms = [set(by_seed[seed]["arms"]) for seed in by_seed]
     if any(a != arms[0] for a in arms):
         raise SystemExit("--merge: the seeds do not all have the same arms")
-    return [by_seed[seed] for seed in sorted(by_seed)]
+    merged = [by_seed[seed] for seed in sorted(by_seed)]
+    for seed in merged:
+        for arm, points in seed["arms"].items():
+            seed["arms"][arm] = within_budget(points, budget_s)
+            if len(seed["arms"][arm]) < len(points):
+                print(
+                    f"seed {seed['seed']}: {arm} cut to the smallest budget, {budget_s / 60:.1f} CPU-min "
+                    f"({len(points) - len(seed['arms'][arm])} trials left out)",
+                    flush=True,
+                )
+    return merged, budget_s / 60
 
 
 def rescaled(arms: dict[str, list[dict]], scale: float) -> dict[str, list[dict]]:
     """The arms' points with their CPU times in another machine's seconds."""
     return {arm: [{**p, "seconds": p["seconds"] * scale} for p in points] for arm, points in arms.items()}
+
+
+def within_budget(points: list[dict], budget_s: float) -> list[dict]:
+    """The points a run with this budget would have: a trial starts while the CPU time spent
+    is under the budget (so the last one may end past it)."""
+    kept, spent = [], 0.0
+    for p in points:
+        if spent >= budget_s:
+            break
+        kept.append(p)
+        spent += p["seconds"]
+    return kept
 
 
 def main() -> None:
@@ -479,7 +502,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.merge:
         saved = [json.loads(path.read_text()) for path in args.merge]
-        report(merge_seeds(saved), saved[0]["budget_minutes"], saved[0]["cpus_per_trial"])
+        merged, budget_minutes = merge_seeds(saved)
+        report(merged, budget_minutes, saved[0]["cpus_per_trial"])
         return
     arms = args.arms.split(",")
     known = set(ARMS) | {f"searched@{sampler}" for sampler in SAMPLERS}

@@ -60,7 +60,8 @@ def saved_run(budget_minutes: float, dense_seconds: float, arm: str, points: lis
 def test_a_run_from_a_slower_machine_merges_in_units_of_the_dense_control() -> None:
     here = saved_run(28.0, 40.0, "searched", [trial(4.4, 700, 40.0)])
     slower = saved_run(28.0 * 1.6, 64.0, "random", [trial(4.6, 700, 64.0), STOPPED])
-    (seed,) = merge_seeds([here, slower])
+    (seed,), budget_minutes = merge_seeds([here, slower])
+    assert budget_minutes == pytest.approx(28.0)
     assert seed["dense"]["seconds"] == 40.0
     assert [p["seconds"] for p in seed["arms"]["searched"]] == [40.0, 40.0]
     # The slower machine's seconds, in this machine's: 64 s of the dense control are 40 s here.
@@ -70,15 +71,30 @@ def test_a_run_from_a_slower_machine_merges_in_units_of_the_dense_control() -> N
 def test_runs_of_one_machine_are_not_rescaled_for_its_noise() -> None:
     here = saved_run(28.0, 40.0, "searched", [trial(4.4, 700, 40.0)])
     again = saved_run(28.0, 40.4, "random", [trial(4.6, 700, 41.0)])
-    (seed,) = merge_seeds([here, again])
+    (seed,), budget_minutes = merge_seeds([here, again])
+    assert budget_minutes == 28.0
     assert [p["seconds"] for p in seed["arms"]["random"]] == [40.4, 41.0]
 
 
-def test_budgets_of_different_numbers_of_dense_trials_do_not_merge() -> None:
+def test_arms_are_cut_to_the_smallest_budget_as_a_run_would_end() -> None:
+    # 3 minutes here against 2 minutes' worth (in dense trials) from a machine twice as slow.
+    here = saved_run(
+        3.0, 40.0, "searched", [trial(4.4, 700, 40.0), STOPPED, trial(4.2, 800, 40.0), trial(5.0, 500, 40.0)]
+    )
+    slower = saved_run(4.0, 80.0, "random", [trial(4.6, 700, 80.0)])
+    (seed,), budget_minutes = merge_seeds([here, slower])
+    assert budget_minutes == pytest.approx(2.0)
+    # Spent before each trial: 0, 40, 80, 90, 130: the trial started at 90 s (< 120) is kept, the next is not.
+    assert seed["arms"]["searched"] == here["seeds"][0]["arms"]["searched"][:4]
+    assert len(seed["arms"]["random"]) == 2
+
+
+def test_runs_of_different_dense_controls_do_not_merge() -> None:
     here = saved_run(28.0, 40.0, "searched", [])
-    same_minutes_slower_machine = saved_run(28.0, 64.0, "random", [])
-    with pytest.raises(SystemExit, match="different budgets"):
-        merge_seeds([here, same_minutes_slower_machine])
+    other = saved_run(28.0, 40.0, "random", [])
+    other["seeds"][0]["dense"]["ppl"] = 4.01
+    with pytest.raises(SystemExit, match="different dense controls"):
+        merge_seeds([here, other])
 
 
 def counting_run(vary: bool = False):
