@@ -335,7 +335,7 @@ def report(per_seed: list[dict], budget_minutes: float, cpus_per_trial: float) -
     for seed in per_seed:
         seed["summary"] = {arm: summarise(points, seed["dense"]) for arm, points in seed["arms"].items()}
         print_table(
-            f"seed {seed['seed']}, {budget_minutes:g} CPU-min of trials per arm "
+            f"seed {seed['seed']}, {budget_minutes:.3g} CPU-min of trials per arm "
             f"(dense control ppl {seed['dense']['ppl']:.3f})",
             [
                 "arm",
@@ -364,7 +364,7 @@ def report(per_seed: list[dict], budget_minutes: float, cpus_per_trial: float) -
         return [seed["summary"][arm][key] for seed in per_seed]
 
     print_table(
-        f"mean [min, max] over {len(per_seed)} seed(s), {budget_minutes:g} CPU-min per arm and seed",
+        f"mean [min, max] over {len(per_seed)} seed(s), {budget_minutes:.3g} CPU-min per arm and seed",
         ["arm", "hypervolume", "best ppl / dense, >= 50% removed", ">= 75% removed", "trials/CPU-h"],
         [
             [
@@ -382,7 +382,7 @@ def report(per_seed: list[dict], budget_minutes: float, cpus_per_trial: float) -
     print_table(
         "hypervolume as the budget is spent: mean [min, max] over the seeds of each arm's first "
         "trials within that much CPU",
-        ["arm", *(f"{budget_minutes * f:g} CPU-min" for f in fractions[:-1]), "the whole run"],
+        ["arm", *(f"{budget_minutes * f:.3g} CPU-min" for f in fractions[:-1]), "the whole run"],
         [
             [
                 arm,
