@@ -487,6 +487,14 @@ def within_budget(points: list[dict], budget_s: float) -> list[dict]:
     return kept
 
 
+def read_saved(parser: argparse.ArgumentParser, path: Path) -> dict:
+    """A run saved with --save; a missing or unreadable file is the user's mistake: one line."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        parser.error(f"--merge: cannot read {path}: {error}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3, help="run seeds 0 .. N-1")
@@ -501,7 +509,7 @@ def main() -> None:
     parser.add_argument("--merge", type=Path, nargs="+", help="report saved runs together; run nothing")
     args = parser.parse_args()
     if args.merge:
-        saved = [json.loads(path.read_text()) for path in args.merge]
+        saved = [read_saved(parser, path) for path in args.merge]
         merged, budget_minutes = merge_seeds(saved)
         report(merged, budget_minutes, saved[0]["cpus_per_trial"])
         return
