@@ -14,32 +14,12 @@ training under bf16 autocast, scoring in fp32, each step timed until the GPU has
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 
 from bench.common import print_json, print_table
 from trainers.hf import HFLanguageModel
-from trainers.training import autocast, pick_device, weight_groups
-
-
-def median_step(fn, steps: int, device: torch.device) -> float:
-    """The median time of ``steps`` calls after one warm-up (allocations, the optimizer's state);
-    on a GPU each call is timed until the device has finished it, not only queued it."""
-
-    def finish() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-
-    fn()
-    times = []
-    for _ in range(steps):
-        finish()
-        start = time.perf_counter()
-        fn()
-        finish()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
+from trainers.training import autocast, median_seconds, pick_device, weight_groups
 
 
 def main() -> None:
@@ -71,10 +51,10 @@ def main() -> None:
             model(x)
 
     model.train()
-    gated = median_step(lambda: train_step(gates), args.steps, device)
-    plain = median_step(train_step, args.steps, device)
+    gated = median_seconds(lambda: train_step(gates), args.steps, device)
+    plain = median_seconds(train_step, args.steps, device)
     model.eval()
-    forward = median_step(score, args.steps, device)
+    forward = median_seconds(score, args.steps, device)
     tokens = args.batch * args.block
     trial = 50 * gated + 100 * plain + (16384 / tokens) * forward
     rows = [

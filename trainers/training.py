@@ -154,20 +154,30 @@ def final_scores(
     return math.exp(nats), bits_per_byte(nats, windows[1].numel(), window_bytes(tokenizer, windows))
 
 
+def median_seconds(fn: Callable[[], object], repeats: int, device: torch.device) -> float:
+    """The median time of ``repeats`` calls of ``fn`` after one warm-up (allocations, an
+    optimizer's state); on a GPU each call is timed until the device has finished it, not only
+    queued it."""
+
+    def finish() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    fn()
+    times = []
+    for _ in range(repeats):
+        finish()
+        start = time.perf_counter()
+        fn()
+        finish()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
 @torch.no_grad()
 def tokens_per_second(model: torch.nn.Module, x: torch.Tensor, repeats: int = 3) -> float:
     """Inference throughput on one batch of windows: the median of a few timed forwards."""
     device = next(model.parameters()).device
     model.eval()
     x = x.to(device)
-    model(x)  # warm-up
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        model(x)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return x.numel() / sorted(times)[len(times) // 2]
+    return x.numel() / median_seconds(lambda: model(x), repeats, device)
