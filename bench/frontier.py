@@ -13,12 +13,13 @@ shows what each arm used. Seeds side by side, e.g. on 2 cores:
     python -m bench.frontier --merge f0.json f1.json f2.json   # runs of other arms too
 
 Runs of other arms merge also from a machine of another speed, their budgets being equal in
-trials of the dense control (``merge_seeds``).
+trials of the dense control (``merge_seeds``), and runs with other settings (``--set``) with
+``--label NAME``: their arms are ARM:NAME, beside the default run's ARM.
 
 The arms:
 
 - ``searched@SAMPLER`` (e.g. ``searched@tpe_multivariate``): the same with ``[study] sampler = SAMPLER``,
-  to compare the samplers side by side (the targets below are the plain ``searched`` arm's);
+  to compare the samplers side by side (each searched arm is judged by the targets below);
 - ``searched``: the default study as ``launch-study run --n-trials N`` runs it, N being the full
   trials the budget affords (Ray Tune + Optuna, early stopping as the study file says, the
   controlled dense control, a start-up sweep over N/2 + 1 sparsities, at most 10, of
@@ -399,15 +400,15 @@ def report(per_seed: list[dict], budget_minutes: float, cpus_per_trial: float) -
             for arm in arms
         ],
     )
-    if "searched" in arms:
-        others = [a for a in arms if not a.startswith("searched")]
-        mine = column("searched", "hypervolume")
+    others = [a for a in arms if not a.startswith("searched")]
+    for candidate in [a for a in arms if a.startswith("searched")]:
+        mine = column(candidate, "hypervolume")
         on_mean = all(statistics.mean(mine) > statistics.mean(column(a, "hypervolume")) for a in others)
         wins = [sum(m > o for m, o in zip(mine, column(a, "hypervolume"))) for a in others]
         enough = all(w >= math.ceil(2 * len(per_seed) / 3) for w in wins)
-        r50, r75 = column("searched", "ppl_ratio_50"), column("searched", "ppl_ratio_75")
+        r50, r75 = column(candidate, "ppl_ratio_50"), column(candidate, "ppl_ratio_75")
         print(
-            "targets: searched hypervolume beats every other arm on the mean: "
+            f"targets: {candidate} hypervolume beats every other arm on the mean: "
             f"{'met' if on_mean else 'not met'}; "
             f"on >= 2/3 of the seeds: {'met' if enough else 'not met'} (wins {dict(zip(others, wins))}); "
             f"50% removed within 2%: {'met' if all(r and r <= 1.02 for r in r50) else 'not met'}; "
@@ -487,6 +488,15 @@ def within_budget(points: list[dict], budget_s: float) -> list[dict]:
     return kept
 
 
+def labelled(per_seed: list[dict], label: str) -> list[dict]:
+    """The seeds' arms named ARM:LABEL: a run with other settings (``--set``) merges beside the
+    same arms of the default run, and a labelled ``searched`` arm is judged by the targets too."""
+    return [
+        {**seed, "arms": {f"{arm}:{label}": list(pts) for arm, pts in seed["arms"].items()}}
+        for seed in per_seed
+    ]
+
+
 def read_saved(parser: argparse.ArgumentParser, path: Path) -> dict:
     """A run saved with --save; a missing or unreadable file is the user's mistake: one line."""
     try:
@@ -506,6 +516,11 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], help="a study-file override, as the CLI's")
     parser.add_argument("--artifacts", type=Path, default=REPO / "runs" / "artifacts")
     parser.add_argument("--save", type=Path, help="also write the per-seed points here (JSON)")
+    parser.add_argument(
+        "--label",
+        help="name the arms ARM:LABEL (e.g. a run with other --set values), so that --merge holds "
+        "them beside the same arms of another run",
+    )
     parser.add_argument("--merge", type=Path, nargs="+", help="report saved runs together; run nothing")
     args = parser.parse_args()
     if args.merge:
@@ -527,6 +542,8 @@ def main() -> None:
     torch.set_num_threads(max(1, int(cfg.study.cpus_per_trial)))
     budget_s = args.budget_minutes * 60
     per_seed = [run_seed(cfg, seed, arms, budget_s, artifacts, (corpus, checkpoint)) for seed in seeds]
+    if args.label:
+        per_seed = labelled(per_seed, args.label)
     payload = {"budget_minutes": args.budget_minutes, "cpus_per_trial": cfg.study.cpus_per_trial}
     payload["seeds"] = per_seed
     if args.save:

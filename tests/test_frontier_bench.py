@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.frontier import hypervolume_within, merge_seeds, summarise, sweep_arm
+from bench.frontier import hypervolume_within, labelled, merge_seeds, report, summarise, sweep_arm
 from orchestrator.report import normalised_hypervolume
 from trainers.gates import heads_to_keep
 from trainers.hparams import TrialHParams
@@ -146,3 +146,29 @@ def test_a_method_whose_trial_depends_on_the_exact_sparsity_is_never_reused() ->
     run, calls = counting_run()
     sweep_arm(SETUP, sweep_of("l0_target"), 65.0, {**DENSE, "seconds": 5.0}, run=run)
     assert calls == SPARSITIES
+
+
+def test_a_labelled_run_merges_beside_the_default_run_and_every_searched_arm_is_judged(capsys) -> None:
+    runs = []
+    for seed in range(3):
+        default = saved_run(28.0, 40.0, "searched", [trial(4.6, 700, 40.0)])
+        default["seeds"][0]["seed"] = seed
+        default["seeds"][0]["arms"]["importance"] = [DENSE, trial(4.4, 700, 40.0)]
+        other = {**default, "seeds": labelled(default["seeds"], "distillstart")}
+        other["seeds"][0]["arms"]["searched:distillstart"][1] = trial(4.2, 700, 40.0)
+        runs += [default, other]
+    merged, budget_minutes = merge_seeds(runs)
+    assert set(merged[0]["arms"]) == {
+        "searched",
+        "importance",
+        "searched:distillstart",
+        "importance:distillstart",
+    }
+    report(merged, budget_minutes, 1.0)
+    targets = [line for line in capsys.readouterr().out.splitlines() if line.startswith("targets")]
+    # Each searched arm against the arms that are not searched: 4.2 beats both sweeps' 4.4, 4.6 does not.
+    assert len(targets) == 2
+    assert targets[0].startswith("targets: searched hypervolume beats every other arm on the mean: not met")
+    assert targets[1].startswith(
+        "targets: searched:distillstart hypervolume beats every other arm on the mean: met"
+    )
