@@ -268,8 +268,9 @@ def test_the_start_up_spread_follows_the_runs_n_trials_and_the_study_files_overr
 
 def test_the_default_studys_start_up_is_a_sweep_of_its_first_method_then_the_sampler_chooses(tmp_path):
     """Through the driver that Tune's searcher asks: the dense control, then the start-up trials
-    (importance, listed first in the default study, at [startup]'s lr, the defaults and the spread's
-    sparsities), then trials the sampler chooses (their settings sampled, not the defaults)."""
+    (importance, listed first in the default study, at [startup]'s lr and distillation, the
+    defaults and the spread's sparsities), then trials the sampler chooses (their settings
+    sampled, not the defaults)."""
     from helpers import default_study_driver
 
     driver = default_study_driver(tmp_path, startup=3, spread_trials=3)
@@ -278,9 +279,10 @@ def test_the_default_studys_start_up_is_a_sweep_of_its_first_method_then_the_sam
     start_up = asked[1:4]
     assert [h["method"] for h in start_up] == ["importance"] * 3
     assert [h["sparsity"] for h in start_up] == [0.875, 0.4625, 0.66875]
-    # [startup] lr = 3e-3 (a pruned model's rate); the dense control keeps the default 3e-4
-    assert all(h["lr"] == 3e-3 and h["distill"] is False for h in start_up)
-    assert asked[0]["lr"] == 3e-4
+    # [startup] lr = 3e-3 (a pruned model's rate) and distill = true; the dense control keeps the
+    # defaults, 3e-4 and no distillation
+    assert all(h["lr"] == 3e-3 and h["distill"] is True for h in start_up)
+    assert asked[0]["lr"] == 3e-4 and asked[0]["distill"] is False
     later = asked[4:]
     assert len({h["lr"] for h in later}) == len(later) and 3e-3 not in {h["lr"] for h in later}  # sampled
     assert len({h["method"] for h in later}) > 1  # the sampler explores the other methods
