@@ -212,8 +212,8 @@ class StudyDriver:
         return budget is not None and self.trial_cpu_seconds >= budget
 
     def _enqueue_spread(self) -> None:
-        """Start-up trials are a sweep of one method over an even spread of sparsity, its
-        settings as ``[startup]`` says or at their defaults (``SearchSpace.start_point``), so a
+        """Start-up trials are a sweep of one method (or a few in turn) over an even spread of
+        sparsity, settings as ``[startup]`` says or at their defaults (``SearchSpace.start_point``), so a
         short study's front spans the range with settings known to work. After them, every
         ``gap_fill_every``-th trial fills the front's widest gap (``front_gaps``)."""
         trials = self.study.get_trials(deepcopy=False)

@@ -182,7 +182,7 @@ class SearchSpace:
         """Every hyperparameter of the ``index``-th start-up trial with ``method`` swept instead
         (its fixed values included, other methods' knobs left out): a single-method sweep that
         is the study's own start-up run on (``bench.frontier``)."""
-        point = self.start_point(index)
+        point = self.start_point(index, method)
         if point is None:
             raise ValueError("the study has no start-up sweep ([search] sparsity is not a linear range)")
         fixed = {name: entry.value for name, entry in self.entries.items() if isinstance(entry, Fixed)}
@@ -204,50 +204,54 @@ class SearchSpace:
             i //= 2
         return entry.high - (entry.high - entry.low) * fraction
 
-    def start_point(self, index: int) -> dict[str, Any] | None:
-        """Fixed values for the ``index``-th start-up trial, a sweep of one method: sparsity from
-        the even spread; a setting ``[startup]`` names as it says; every other searched number at
-        its default where its range holds it (the papers' values), every other list of choices
-        at the default if listed, else its first entry, and the method ``startup_method`` names.
-        Put first the method you would sweep without a search (the default study: importance,
-        BENCHMARKS.md), and in ``[startup]`` what a default does not get right for a pruned
-        model (the default study: its learning rate). The sampler explores the other methods and
-        numbers after the start-up. None when sparsity is not a float range or no searched
-        method takes a target."""
+    def start_point(self, index: int, method: str | None = None) -> dict[str, Any] | None:
+        """Fixed values for the ``index``-th start-up trial, a sweep over sparsity: sparsity from
+        the even spread; the method ``startup_methods`` names, taken in turn when it names more
+        than one (``method`` given: that one instead, a single-method sweep); a setting
+        ``[startup]`` names, where it applies to the trial's method, as it says; every other
+        searched number at its default where its range holds it (the papers' values), every
+        other list of choices at the default if listed, else its first entry. Put first the
+        method you would sweep without a search (the default study: importance, BENCHMARKS.md),
+        and in ``[startup]`` what a default does not get right for a pruned model (the default
+        study: its learning rate). The sampler explores the other methods and numbers after the
+        start-up. None when sparsity is not a float range or no searched method takes a target."""
         sparsity = self.spread("sparsity", index)
-        method = self.startup_method()
-        if sparsity is None or method is None:
+        methods = self.startup_methods()
+        if sparsity is None or not methods:
             return None
+        method = method or methods[index % len(methods)]
         point: dict[str, Any] = {"sparsity": sparsity}
         for name, entry in self.entries.items():
             default = self.defaults.get(name)
             if name == "sparsity" or isinstance(entry, Fixed):  # a fixed value is every trial's
                 continue
-            if name in self.startup:
-                point[name] = self.startup[name]
-            elif name == "method":
+            if name == "method":
                 point[name] = method
+            elif name in self.startup and self.applies(name, method):
+                point[name] = self.startup[name]
             elif entry.holds(default):
                 point[name] = default
             elif isinstance(entry, Choices):
                 point[name] = entry.options[0]
         return point
 
-    def startup_method(self) -> str | None:
-        """The method the start-up sweeps: ``[startup] method``, else the first listed in
-        ``[search] method`` that takes a sparsity target; None when none does."""
+    def startup_methods(self) -> tuple[str, ...]:
+        """The methods the start-up sweeps, in turn: ``[startup] method`` (one, or a list), else
+        the first listed in ``[search] method`` that takes a sparsity target; none when none
+        does. More than one lets the sampler see each method's results before it models them
+        (a one-method start-up tells it nothing about the others)."""
         if "method" in self.startup:
-            return self.startup["method"]
+            return tuple(self.startup["method"])
         methods = self.entries.get("method", Fixed(self.defaults.get("method"))).values()
         swept = [m for m in methods if self.applies("sparsity", m)]
-        return swept[0] if swept else None
+        return tuple(swept[:1])
 
     def with_startup(self, where: str, table: Any, specs: dict[str, dict]) -> SearchSpace:
         """This space with ``[startup]``'s settings for the start-up sweep, checked against
         ``[search]``: each must be a value the sampler could have chosen (inside its range, among
         its choices, equal to a fixed value), so that TPE models the start-up's results like any
-        other trial's, and must apply to the swept method. Sparsity is the spread's, not a
-        setting."""
+        other trial's, and must apply to one of the start-up's methods (``method`` may list
+        several, each taking a sparsity target). Sparsity is the spread's, not a setting."""
         if not isinstance(table, dict):
             raise UserError(f"{where}: must be a table")
         values: dict[str, Any] = {}
@@ -257,23 +261,31 @@ class SearchSpace:
                 raise UserError(f"{where}: unknown hyperparameter {name!r}{closest(name, specs)}{hint}")
             if name == "sparsity":
                 raise UserError(f"{where} sparsity: the start-up spreads it over [search]'s range; remove it")
-            values[name] = check_value(f"{where} {name}", value, specs[name])
+            if name == "method":
+                listed = value if isinstance(value, list) else [value]
+                if not listed:
+                    raise UserError(f"{where} method: an empty list; name at least one method")
+                values[name] = tuple(check_value(f"{where} method", m, specs[name]) for m in listed)
+            else:
+                values[name] = check_value(f"{where} {name}", value, specs[name])
         space = replace(self, startup=values)
-        method = space.startup_method()
+        methods = space.startup_methods()
         sweeps = space.start_point(0) is not None
         for name in sorted(values, key=lambda n: n != "method"):  # the method first: the others apply to it
-            at, value, entry = f"{where} {name}", values[name], self.entries[name]
-            if method is not None and not self.applies("sparsity" if name == "method" else name, method):
-                if name == "method":
-                    raise UserError(f"{at}: {method!r} takes no sparsity target, which the start-up sweeps")
-                raise UserError(f"{at}: does not apply to {method!r}, the start-up's method; remove it")
-            if isinstance(entry, Fixed) and value != entry.value:
-                raise UserError(
-                    f"{at}: {value!r}, but [search] gives every trial {entry.value!r}; set both alike "
-                    f"(--set startup.{name}=...) or search {name}"
-                )
-            if not entry.holds(value):
-                raise UserError(f"{at}: {value!r} is not a value [search] {name} allows ({_describe(entry)})")
+            at, entry = f"{where} {name}", self.entries[name]
+            for value in values[name] if name == "method" else (values[name],):
+                if name == "method" and not self.applies("sparsity", value):
+                    raise UserError(f"{at}: {value!r} takes no sparsity target, which the start-up sweeps")
+                if name != "method" and methods and not any(self.applies(name, m) for m in methods):
+                    raise UserError(f"{at}: does not apply to {_names(methods)}, the start-up's; remove it")
+                if isinstance(entry, Fixed) and value != entry.value:
+                    raise UserError(
+                        f"{at}: {value!r}, but [search] gives every trial {entry.value!r}; set both alike "
+                        f"(--set startup.{name}=...) or search {name}"
+                    )
+                if not entry.holds(value):
+                    allowed = _describe(entry)
+                    raise UserError(f"{at}: {value!r} is not a value [search] {name} allows ({allowed})")
             if not sweeps and not isinstance(entry, Fixed):
                 raise UserError(
                     f"{at}: the study has no start-up sweep ([search] sparsity is not a linear range, or "
@@ -299,6 +311,10 @@ class SearchSpace:
                 check_reachable(heads_per_layer, first["sparsity"], first["min_heads_per_layer"])
             except ValueError as err:
                 raise UserError(f"{where} sparsity, the start-up's first trial: {err}") from None
+
+
+def _names(methods: tuple[str, ...]) -> str:
+    return " or ".join(repr(m) for m in methods)
 
 
 def _describe(entry: Range | Choices | Fixed) -> str:

@@ -95,9 +95,32 @@ def test_startup_table_sets_the_sweeps_settings_and_nothing_else():
     assert (swept["method"], swept["gate_lr_mult"]) == ("l0_target", 20.0)
 
 
+def test_a_start_up_of_several_methods_takes_them_in_turn_each_with_its_own_settings():
+    """[startup] method = ["importance", "l0_target"]: trial i sweeps the i-th sparsity of the
+    one-method spread with the methods in turn, so the sampler sees both before it models them;
+    a setting applies to the trials of the methods it is a knob of (gate_lr_mult: l0_target's
+    only), the others keep the default rule."""
+    one = startup_space({"distill": True})
+    both = startup_space({"method": ["importance", "l0_target"], "distill": True, "gate_lr_mult": 20.0})
+    points = [both.start_point(i) for i in range(4)]
+    assert [p["method"] for p in points] == ["importance", "l0_target", "importance", "l0_target"]
+    assert [p["sparsity"] for p in points] == [one.start_point(i)["sparsity"] for i in range(4)]
+    assert all(p["distill"] is True for p in points)
+    assert [p["gate_lr_mult"] for p in points] == [30.0, 20.0, 30.0, 20.0]  # importance: not its knob
+    # a sweep of one method (bench.frontier) gets that method's settings at every index
+    assert [both.sweep_point("l0_target", i)["gate_lr_mult"] for i in range(2)] == [20.0, 20.0]
+    assert "gate_lr_mult" not in both.sweep_point("importance", 1)
+
+
 @pytest.mark.parametrize(
     "startup, fragment",
     [
+        ({"method": ["importance", "l0_penalty"]}, "'l0_penalty' takes no sparsity target"),
+        ({"method": []}, "an empty list"),
+        (
+            {"method": ["importance", "random"], "gate_lr_mult": 20.0},
+            "does not apply to 'importance' or 'random'",
+        ),
         ({"lr": 0.1}, "not a value [search] lr allows (from 0.0001 to 0.01)"),
         ({"method": "topk"}, "not a value [search] method allows (one of ['importance'"),
         ({"method": "l0_penalty"}, "takes no sparsity target"),
