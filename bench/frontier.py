@@ -23,11 +23,12 @@ The arms:
 - ``searched``: the default study as ``launch-study run --n-trials N`` runs it, N being the full
   trials the budget affords (Ray Tune + Optuna, early stopping as the study file says, the
   controlled dense control, a start-up sweep over N/2 + 1 sparsities, at most 10, of
-  ``[startup] method``, else the first listed method, at ``[startup]``'s settings, then the
-  sampler);
+  ``[startup] method`` (several in turn when it lists several), else the first listed method,
+  at ``[startup]``'s settings, then the sampler);
 - ``random``, ``importance``, ``l0_target``, ``topk``: sweeps of one method at sparsities spread
   evenly over the study's range (every prefix covers it), every other knob as the searched
-  study's start-up sets it (``[startup]``, else its default): the start-up run on with one method;
+  study's start-up sets it for that method (``[startup]``, else its default): the start-up run
+  on with one method;
 - ``l0_penalty``: Shim et al.'s recipe, a sweep over lambda (log-spread over [0.1, 10]), the
   sparsity being what lambda gives, the other knobs as the sweeps';
 - ``plain_tune``: Ray Tune with its ``OptunaSearch`` (TPE on both objectives, seeded) over the
