@@ -219,7 +219,9 @@ class StudyDriver:
         trials = self.study.get_trials(deepcopy=False)
         if any(t.state == optuna.trial.TrialState.WAITING for t in trials):
             return  # a retry asked for earlier goes first
-        index = sum(not t.user_attrs.get("dense_control") for t in trials)
+        # A retry repeats a trial's point: not a new index, or a failure would skip a sparsity
+        # (and, with methods in turn, give the next method's turn to the one after it).
+        index = sum(not t.user_attrs.get("dense_control") and "retry_of" not in t.user_attrs for t in trials)
         if index < self.spread_trials:
             point = self.space.start_point(index)
         elif self.gap_fill_every and (index - self.spread_trials) % self.gap_fill_every == 0:

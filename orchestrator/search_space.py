@@ -180,8 +180,9 @@ class SearchSpace:
 
     def sweep_point(self, method: str, index: int, **values: Any) -> dict[str, Any]:
         """Every hyperparameter of the ``index``-th start-up trial with ``method`` swept instead
-        (its fixed values included, other methods' knobs left out): a single-method sweep that
-        is the study's own start-up run on (``bench.frontier``)."""
+        (its fixed values included, other methods' knobs left out, ``[startup]``'s settings for
+        ``method``): a single-method sweep over the study's own spread, the study's start-up run
+        on when it sweeps one method (``bench.frontier``)."""
         point = self.start_point(index, method)
         if point is None:
             raise ValueError("the study has no start-up sweep ([search] sparsity is not a linear range)")
@@ -207,7 +208,10 @@ class SearchSpace:
     def start_point(self, index: int, method: str | None = None) -> dict[str, Any] | None:
         """Fixed values for the ``index``-th start-up trial, a sweep over sparsity: sparsity from
         the even spread; the method ``startup_methods`` names, taken in turn when it names more
-        than one (``method`` given: that one instead, a single-method sweep); a setting
+        than one, so that the front still gets a new size from every trial (with two methods
+        the spread's order gives the first the upper half of the range and the second the lower
+        half: list first the method for heavy pruning); ``method`` given, that one instead at
+        every index, a single-method sweep (``sweep_point``); a setting
         ``[startup]`` names, where it applies to the trial's method, as it says; every other
         searched number at its default where its range holds it (the papers' values), every
         other list of choices at the default if listed, else its first entry. Put first the
@@ -241,7 +245,8 @@ class SearchSpace:
         does. More than one lets the sampler see each method's results before it models them
         (a one-method start-up tells it nothing about the others)."""
         if "method" in self.startup:
-            return tuple(self.startup["method"])
+            listed = self.startup["method"]
+            return (listed,) if isinstance(listed, str) else tuple(listed)
         methods = self.entries.get("method", Fixed(self.defaults.get("method"))).values()
         swept = [m for m in methods if self.applies("sparsity", m)]
         return tuple(swept[:1])
@@ -266,6 +271,9 @@ class SearchSpace:
                 if not listed:
                     raise UserError(f"{where} method: an empty list; name at least one method")
                 values[name] = tuple(check_value(f"{where} method", m, specs[name]) for m in listed)
+                twice = sorted({m for m in listed if listed.count(m) > 1})
+                if twice:
+                    raise UserError(f"{where} method: {twice[0]!r} listed twice; name each method once")
             else:
                 values[name] = check_value(f"{where} {name}", value, specs[name])
         space = replace(self, startup=values)
@@ -277,7 +285,8 @@ class SearchSpace:
                 if name == "method" and not self.applies("sparsity", value):
                     raise UserError(f"{at}: {value!r} takes no sparsity target, which the start-up sweeps")
                 if name != "method" and methods and not any(self.applies(name, m) for m in methods):
-                    raise UserError(f"{at}: does not apply to {_names(methods)}, the start-up's; remove it")
+                    swept = _names(methods)
+                    raise UserError(f"{at}: does not apply to {swept}, the start-up's method(s); remove it")
                 if isinstance(entry, Fixed) and value != entry.value:
                     raise UserError(
                         f"{at}: {value!r}, but [search] gives every trial {entry.value!r}; set both alike "

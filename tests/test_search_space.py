@@ -117,6 +117,7 @@ def test_a_start_up_of_several_methods_takes_them_in_turn_each_with_its_own_sett
     [
         ({"method": ["importance", "l0_penalty"]}, "'l0_penalty' takes no sparsity target"),
         ({"method": []}, "an empty list"),
+        ({"method": ["importance", "l0_target", "importance"]}, "'importance' listed twice"),
         (
             {"method": ["importance", "random"], "gate_lr_mult": 20.0},
             "does not apply to 'importance' or 'random'",
@@ -309,3 +310,19 @@ def test_the_default_studys_start_up_is_a_sweep_of_its_first_method_then_the_sam
     later = asked[4:]
     assert len({h["lr"] for h in later}) == len(later) and 3e-3 not in {h["lr"] for h in later}  # sampled
     assert len({h["method"] for h in later}) > 1  # the sampler explores the other methods
+
+
+def test_a_retried_start_up_trial_does_not_skip_the_next_point_of_the_spread(tmp_path):
+    """A start-up trial that failed and is asked again (``retry_of``, as the driver does after a
+    crash) repeats its own point; the next new trial takes the next sparsity, not the one after."""
+    from helpers import default_study_driver
+    from optuna.trial import TrialState
+
+    driver = default_study_driver(tmp_path, startup=4, spread_trials=4)
+    first = [driver.next_config(f"t{i}")["hparams"] for i in range(3)]  # dense, 0.875, 0.4625
+    failed = driver.study.trials[2]
+    driver.study.tell(failed.number, state=TrialState.FAIL)
+    driver.study.enqueue_trial(failed.params, user_attrs={"retry_of": failed.number})
+    retry, after = (driver.next_config(f"t{i}")["hparams"] for i in (3, 4))
+    assert retry["sparsity"] == first[2]["sparsity"] == 0.4625
+    assert after["sparsity"] == 0.66875  # the spread's third point, as without the failure
