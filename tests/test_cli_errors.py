@@ -133,6 +133,16 @@ CASES = {
         ["--set", "startup.importance_step=0.2"],
         ["[startup] importance_step", "does not apply to 'l0_target'"],
     ),
+    "start-up methods, one twice": (
+        None,
+        ["--set", 'startup.method=["l0_target", "topk", "l0_target"]'],
+        ["[startup] method", "'l0_target' listed twice"],
+    ),
+    "start-up methods, one without a target": (
+        None,
+        ["--set", 'startup.method=["l0_target", "l0_penalty"]'],
+        ["[startup] method", "'l0_penalty' takes no sparsity target"],
+    ),
 }
 
 
