@@ -211,10 +211,10 @@ class SearchSpace:
         than one, so that the front still gets a new size from every trial (with two methods
         the spread's order gives the first the upper half of the range and the second the lower
         half: list first the method for heavy pruning); ``method`` given, that one instead at
-        every index, a single-method sweep (``sweep_point``); a setting
-        ``[startup]`` names, where it applies to the trial's method, as it says; every other
-        searched number at its default where its range holds it (the papers' values), every
-        other list of choices at the default if listed, else its first entry. Put first the
+        every index, a single-method sweep (``sweep_point``); a setting ``[startup]`` names,
+        where it applies to the trial's method, as it says; every other searched number at its
+        default where its range holds it (the papers' values), every other list of choices at
+        the default if listed, else its first entry. Put first the
         method you would sweep without a search (the default study: importance, BENCHMARKS.md),
         and in ``[startup]`` what a default does not get right for a pruned model (the default
         study: its learning rate). The sampler explores the other methods and numbers after the
@@ -242,8 +242,8 @@ class SearchSpace:
     def startup_methods(self) -> tuple[str, ...]:
         """The methods the start-up sweeps, in turn: ``[startup] method`` (one, or a list), else
         the first listed in ``[search] method`` that takes a sparsity target; none when none
-        does. More than one lets the sampler see each method's results before it models them
-        (a one-method start-up tells it nothing about the others)."""
+        does. More than one shows the sampler each listed method's results before it models
+        them (on the default study that measured a tie with importance alone; BENCHMARKS.md)."""
         if "method" in self.startup:
             listed = self.startup["method"]
             return (listed,) if isinstance(listed, str) else tuple(listed)
