@@ -214,11 +214,11 @@ class SearchSpace:
         every index, a single-method sweep (``sweep_point``); a setting ``[startup]`` names,
         where it applies to the trial's method, as it says; every other searched number at its
         default where its range holds it (the papers' values), every other list of choices at
-        the default if listed, else its first entry. Put first the
-        method you would sweep without a search (the default study: importance, BENCHMARKS.md),
-        and in ``[startup]`` what a default does not get right for a pruned model (the default
-        study: its learning rate). The sampler explores the other methods and numbers after the
-        start-up. None when sparsity is not a float range or no searched method takes a target."""
+        the default if listed, else its first entry. Put first the method you would sweep
+        without a search (the default study: importance, BENCHMARKS.md), and in ``[startup]``
+        what a default does not get right for a pruned model (the default study: its learning
+        rate). The sampler explores the other methods and numbers after the start-up. None when
+        sparsity is not a float range or no searched method takes a target."""
         sparsity = self.spread("sparsity", index)
         methods = self.startup_methods()
         if sparsity is None or not methods:
@@ -281,12 +281,12 @@ class SearchSpace:
         sweeps = space.start_point(0) is not None
         for name in sorted(values, key=lambda n: n != "method"):  # the method first: the others apply to it
             at, entry = f"{where} {name}", self.entries[name]
+            if name != "method" and methods and not any(self.applies(name, m) for m in methods):
+                swept = _names(methods)
+                raise UserError(f"{at}: does not apply to {swept}, the start-up's method(s); remove it")
             for value in values[name] if name == "method" else (values[name],):
                 if name == "method" and not self.applies("sparsity", value):
                     raise UserError(f"{at}: {value!r} takes no sparsity target, which the start-up sweeps")
-                if name != "method" and methods and not any(self.applies(name, m) for m in methods):
-                    swept = _names(methods)
-                    raise UserError(f"{at}: does not apply to {swept}, the start-up's method(s); remove it")
                 if isinstance(entry, Fixed) and value != entry.value:
                     raise UserError(
                         f"{at}: {value!r}, but [search] gives every trial {entry.value!r}; set both alike "
