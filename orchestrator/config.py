@@ -70,6 +70,9 @@ class EarlyStopping:
     eval_tokens: int = bounded(
         0, 0, doc="validation tokens a rung scores, spread over the trial's slice (0: all of it)"
     )
+    margin: float = bounded(
+        0.0, 0.0, 1.0, doc="a trial within this fraction of a smaller trial's rung perplexity goes on"
+    )
 
     def rungs(self) -> list[float]:
         """The fractions of the fine-tuning budget at which trials are compared: the end excluded,

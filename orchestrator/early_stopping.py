@@ -14,11 +14,13 @@ perplexity alone would stop every small model, the cheap end of the front. This 
   (its exclusive contribution: a point that barely improves on its neighbours ranks low, and the
   ends of each front rank first, so what goes on stays spread). The trial goes on when it is
   among the top ceil(n / reduction_factor) of that order, or when it is on the rung's front
-  (rank 0). The second rule departs from MO-ASHA, which stops front points too when the front is
-  larger than the top 1/eta: here a point's parameter count is set by its sparsity target, so a
-  front point is the best seen at its size, and stopping it leaves a hole that only a new trial
-  of that size could fill. What is stopped is what is dominated: some trial at least as small
-  is already better. The cheap end of the front is never starved (it is always rank 0).
+  (rank 0; with ``margin`` above 0, also when no point at least as small beats its perplexity
+  by more than that fraction). The second rule departs from MO-ASHA, which stops front points
+  too when the front is larger than the top 1/eta: here a point's parameter count is set by its
+  sparsity target, so a front point is the best seen at its size, and stopping it leaves a hole
+  that only a new trial of that size could fill. What is stopped is what is dominated: some
+  trial at least as small is already better. The cheap end of the front is never starved (it is
+  always rank 0).
 - The dense control is not a candidate: it is never stopped and not in the pools.
 
 ``ParetoHalving`` is the decision alone (plain data, tested on synthetic curves);
@@ -65,10 +67,10 @@ def exclusive_contributions(points: Sequence[Point]) -> list[float]:
     return contribution
 
 
-def pareto_order(points: Sequence[Point], ranks: Sequence[int] | None = None) -> list[int]:
+def pareto_order(points: Sequence[Point]) -> list[int]:
     """Indices from best to worst: by non-dominated rank, then by exclusive contribution (larger
     first), then fewer parameters (ties between the two ends go to the cheap one)."""
-    ranks = nondominated_ranks(points) if ranks is None else ranks
+    ranks = nondominated_ranks(points)
     contribution = [0.0] * len(points)
     for rank in set(ranks):
         members = [i for i in range(len(points)) if ranks[i] == rank]
@@ -80,8 +82,9 @@ def pareto_order(points: Sequence[Point], ranks: Sequence[int] | None = None) ->
 class ParetoHalving:
     """The points each trial reached at each rung, and the decision when one arrives."""
 
-    def __init__(self, n_rungs: int, reduction_factor: float) -> None:
+    def __init__(self, n_rungs: int, reduction_factor: float, margin: float = 0.0) -> None:
         self.reduction_factor = reduction_factor
+        self.margin = margin
         self.pools: list[dict[Hashable, Point]] = [{} for _ in range(n_rungs)]
 
     def record(self, rung: int, key: Hashable, point: Point) -> None:
@@ -99,11 +102,17 @@ class ParetoHalving:
         keys = list(self.pools[rung])
         points = [self.pools[rung][k] for k in keys]
         mine = keys.index(key)
-        ranks = nondominated_ranks(points)
-        if ranks[mine] == 0:
-            return True  # the best seen at its size: stopping it would leave a hole in the front
+        if not self.dominated_beyond_margin(points[mine], [p for k, p in zip(keys, points) if k != key]):
+            return True  # the best seen at its size, or within the margin of it: no hole in the front
         keep = math.ceil(len(points) / self.reduction_factor)
-        return pareto_order(points, ranks).index(mine) < keep
+        return pareto_order(points).index(mine) < keep
+
+    def dominated_beyond_margin(self, point: Point, others: Sequence[Point]) -> bool:
+        """Some other point is at least as small and better, with its perplexity raised by the
+        margin (relative) first. Margin 0: plain dominance, so only the rung's front is safe.
+        A margin above 0 keeps a trial whose rung perplexity is within the rung's own noise of a
+        point at least as small (``[early_stopping] margin``, README)."""
+        return any(dominates((ppl * (1 + self.margin), params), point) for ppl, params in others)
 
 
 class ParetoHalvingScheduler(FIFOScheduler):

@@ -405,7 +405,7 @@ def _scheduler(cfg: StudyConfig, study: optuna.Study, n_rungs: int, rung_tokens:
 
     if not n_rungs:
         return FIFOScheduler()
-    halving = ParetoHalving(n_rungs, cfg.early_stopping.reduction_factor)
+    halving = ParetoHalving(n_rungs, cfg.early_stopping.reduction_factor, cfg.early_stopping.margin)
     for trial in study.get_trials(deepcopy=False, states=FINISHED):
         if trial.user_attrs.get("dense_control") or trial.user_attrs.get("rung_tokens") != rung_tokens:
             continue

@@ -279,3 +279,31 @@ def test_a_rung_scores_its_subset_and_the_trial_ends_on_the_whole_slice(tmp_path
     assert subset[0].numel() == 128
     assert part.curve[0][2] == pytest.approx(math.exp(mean_loss(trained, subset)), rel=1e-5)
     assert part.curve[0][2] != pytest.approx(part.val_perplexity, rel=1e-4)
+
+
+def test_a_margin_keeps_a_trial_within_the_rungs_noise_of_a_smaller_one():
+    """At one size a trial 1.2% worse than the best is dominated, and third of six stops; with a
+    2% margin it is not counted as beaten (the rung's subset ranks two models differently by
+    about that much), while one 5% worse still stops. Margin 0 is the plain rule."""
+    pool = {"a": (5.00, 100), "a2": (5.02, 100), "b": (5.6, 100), "c": (5.7, 100), "d": (5.8, 100)}
+    plain = ParetoHalving(n_rungs=1, reduction_factor=3)
+    tolerant = ParetoHalving(n_rungs=1, reduction_factor=3, margin=0.02)
+    for halving in (plain, tolerant):
+        for key, point in pool.items():
+            halving.decide(0, key, point)
+    assert not plain.decide(0, "close", (5.06, 100))  # behind a and a2, top ceil(6 / 3) = 2
+    assert tolerant.decide(0, "close", (5.06, 100))
+    assert not tolerant.decide(0, "far", (5.25, 100))  # 5% behind a; fourth of 7, top 3
+    # A larger trial within the margin of a smaller one goes on too; beyond it, it stops.
+    assert tolerant.decide(0, "larger", (5.08, 120))
+    assert not tolerant.decide(0, "larger, worse", (5.5, 130))
+
+
+def test_early_stopping_margin_is_read_from_the_study_file(tmp_path):
+    study_file = tmp_path / "s.toml"
+    study_file.write_text(
+        '[study]\nname = "s"\n[corpus]\npath = "x.txt"\n[early_stopping]\nenabled = true\nmargin = 0.02\n',
+        encoding="utf-8",
+    )
+    cfg = load_study_config(study_file)
+    assert _scheduler(cfg, optuna.create_study(directions=["minimize"] * 2), 2, 512).halving.margin == 0.02
