@@ -29,8 +29,8 @@ The arms:
   evenly over the study's range (every prefix covers it), every other knob as the searched
   study's start-up sets it for that method (``[startup]``, else its default): the start-up run
   on with one method;
-- ``l0_penalty``: Shim et al.'s recipe, a sweep over lambda (log-spread over [0.1, 10]), the
-  sparsity being what lambda gives, the other knobs as the sweeps';
+- ``l0_penalty``: Shim et al.'s recipe, a sweep over lambda (log-spread over ``--l0-lambda``,
+  [0.1, 10] unless given), the sparsity being what lambda gives, the other knobs as the sweeps';
 - ``plain_tune``: Ray Tune with its ``OptunaSearch`` (TPE on both objectives, seeded) over the
   same search space, no early stopping, no dense control, no start-up spread: a user's own
   search.
@@ -139,10 +139,10 @@ def sweep_hparams(space: SearchSpace, method: str, index: int, **values) -> Tria
     return TrialHParams(**space.sweep_point(method, index, **values))
 
 
-def l0_penalty_at(space: SearchSpace, index: int) -> TrialHParams:
-    """The ``index``-th lambda of an even spread of log(lambda) over LAMBDA_RANGE, the other
+def l0_penalty_at(space: SearchSpace, index: int, lambda_range=LAMBDA_RANGE) -> TrialHParams:
+    """The ``index``-th lambda of an even spread of log(lambda) over ``lambda_range``, the other
     settings as a sweep's."""
-    log_range = SearchSpace({"x": Range(*(math.log(v) for v in LAMBDA_RANGE))})
+    log_range = SearchSpace({"x": Range(*(math.log(v) for v in lambda_range))})
     return sweep_hparams(space, "l0_penalty", index, l0_lambda=math.exp(log_range.spread("x", index)))
 
 
@@ -302,7 +302,9 @@ def mean_and_range(values: list[float | None]) -> str:
     return f"{statistics.mean(known):.4f} [{min(known):.4f}, {max(known):.4f}]{some}"
 
 
-def run_seed(cfg, seed: int, arms: list[str], budget_s: float, artifacts: Path, inputs) -> dict:
+def run_seed(
+    cfg, seed: int, arms: list[str], budget_s: float, artifacts: Path, inputs, lambda_range=LAMBDA_RANGE
+) -> dict:
     corpus, checkpoint = inputs
     setup = TrialSetup(corpus, checkpoint, cfg.budget, seed)
     dense = timed_trial(setup, TrialHParams(**cfg.search.control_point()))
@@ -325,7 +327,8 @@ def run_seed(cfg, seed: int, arms: list[str], budget_s: float, artifacts: Path, 
             sweep = partial(sweep_hparams, cfg.search, arm)
             found[arm] = sweep_arm(setup, sweep, budget_s, dense)
         elif arm == "l0_penalty":
-            found[arm] = sweep_arm(setup, partial(l0_penalty_at, cfg.search), budget_s, dense)
+            lambdas = partial(l0_penalty_at, cfg.search, lambda_range=lambda_range)
+            found[arm] = sweep_arm(setup, lambdas, budget_s, dense)
         elif arm == "plain_tune":
             found[arm] = [dense, *plain_tune_arm(cfg, setup, seed, budget_s - dense["seconds"])]
     return {"seed": seed, "dense": dense, "arms": found}
@@ -514,6 +517,14 @@ def main() -> None:
     )
     parser.add_argument("--budget-minutes", type=float, default=25.0, help="trial CPU time per arm and seed")
     parser.add_argument("--arms", default=",".join(ARMS))
+    parser.add_argument(
+        "--l0-lambda",
+        type=float,
+        nargs=2,
+        default=LAMBDA_RANGE,
+        metavar=("LOW", "HIGH"),
+        help="the l0_penalty arm's lambda range (default %(default)s)",
+    )
     parser.add_argument("--set", action="append", default=[], help="a study-file override, as the CLI's")
     parser.add_argument("--artifacts", type=Path, default=REPO / "runs" / "artifacts")
     parser.add_argument("--save", type=Path, help="also write the per-seed points here (JSON)")
@@ -529,6 +540,8 @@ def main() -> None:
         merged, budget_minutes = merge_seeds(saved)
         report(merged, budget_minutes, saved[0]["cpus_per_trial"])
         return
+    if not 0 < args.l0_lambda[0] < args.l0_lambda[1]:
+        parser.error(f"--l0-lambda: need 0 < LOW < HIGH, got {args.l0_lambda[0]} {args.l0_lambda[1]}")
     arms = args.arms.split(",")
     known = set(ARMS) | {f"searched@{sampler}" for sampler in SAMPLERS}
     unknown = sorted(set(arms) - known)
@@ -542,7 +555,8 @@ def main() -> None:
     checkpoint = study_dense_checkpoint(cfg, corpus, model_cfg, artifacts)
     torch.set_num_threads(max(1, int(cfg.study.cpus_per_trial)))
     budget_s = args.budget_minutes * 60
-    per_seed = [run_seed(cfg, seed, arms, budget_s, artifacts, (corpus, checkpoint)) for seed in seeds]
+    inputs, lambdas = (corpus, checkpoint), tuple(args.l0_lambda)
+    per_seed = [run_seed(cfg, seed, arms, budget_s, artifacts, inputs, lambdas) for seed in seeds]
     if args.label:
         per_seed = labelled(per_seed, args.label)
     payload = {"budget_minutes": args.budget_minutes, "cpus_per_trial": cfg.study.cpus_per_trial}

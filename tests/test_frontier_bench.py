@@ -172,3 +172,14 @@ def test_a_labelled_run_merges_beside_the_default_run_and_every_searched_arm_is_
     assert targets[1].startswith(
         "targets: searched:distillstart hypervolume beats every other arm on the mean: met"
     )
+
+
+def test_the_l0_penalty_sweep_spreads_log_lambda_over_the_range_it_is_given() -> None:
+    """High end first, then the middle and the quarters of log(lambda) (``--l0-lambda``)."""
+    from bench.frontier import STUDY, l0_penalty_at
+    from orchestrator.config import load_study_config
+
+    space = load_study_config(STUDY).search
+    lambdas = [l0_penalty_at(space, i, lambda_range=(1.0, 30.0)).l0_lambda for i in range(4)]
+    assert lambdas == pytest.approx([30.0, 30.0**0.5, 30.0**0.75, 30.0**0.25])
+    assert [l0_penalty_at(space, i).l0_lambda for i in range(2)] == pytest.approx([10.0, 1.0])
