@@ -7,7 +7,17 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.frontier import hypervolume_within, labelled, merge_seeds, report, summarise, sweep_arm
+from bench.frontier import (
+    STUDY,
+    hypervolume_within,
+    l0_penalty_at,
+    labelled,
+    merge_seeds,
+    report,
+    summarise,
+    sweep_arm,
+)
+from orchestrator.config import load_study_config
 from orchestrator.report import normalised_hypervolume
 from trainers.gates import heads_to_keep
 from trainers.hparams import TrialHParams
@@ -176,9 +186,6 @@ def test_a_labelled_run_merges_beside_the_default_run_and_every_searched_arm_is_
 
 def test_the_l0_penalty_sweep_spreads_log_lambda_over_the_range_it_is_given() -> None:
     """High end first, then the middle and the quarters of log(lambda) (``--l0-lambda``)."""
-    from bench.frontier import STUDY, l0_penalty_at
-    from orchestrator.config import load_study_config
-
     space = load_study_config(STUDY).search
     lambdas = [l0_penalty_at(space, i, lambda_range=(1.0, 30.0)).l0_lambda for i in range(4)]
     assert lambdas == pytest.approx([30.0, 30.0**0.5, 30.0**0.75, 30.0**0.25])
