@@ -155,12 +155,14 @@ def sweep_arm(setup: TrialSetup, hparams_at, budget_s: float, dense: dict, run=t
     """The dense control's point (its CPU time counts against the budget), then trials
     ``hparams_at(0), hparams_at(1), ...`` until the budget is spent.
 
-    A sweep over a range of 27 head counts repeats one from about its 19th trial; for a method
-    of BY_HEAD_COUNT the repeat is the same trial (same heads, batches and seed), so after the
-    first repeat has been run and scored exactly as the trial it repeats, later repeats are not
-    run again: the earlier point is taken, its CPU time charged again. The arm's front and
-    budget are what running them would give; only the benchmark's wall time is saved. A first
-    repeat that scores differently turns this off for the arm."""
+    A sweep over a range of 27 head counts repeats one from its 28th trial (every start-up
+    trial a new head count, ``SearchSpace.start_sparsity``; before December 2026 from about its
+    19th, the plain spread); for a method of BY_HEAD_COUNT the repeat is the same trial (same
+    heads, batches and seed), so after the first repeat has been run and scored exactly as the
+    trial it repeats, later repeats are not run again: the earlier point is taken, its CPU time
+    charged again. The arm's front and budget are what running them would give; only the
+    benchmark's wall time is saved. A first repeat that scores differently turns this off for
+    the arm."""
     total_heads = sum(setup.dense.model_config.layer_heads)
     points, spent, index = [dense], dense["seconds"], 0
     ran: dict[str, dict] = {}
@@ -317,6 +319,7 @@ def run_seed(
         f"the budget affords {affords} full trials, {startup} of them start-up",
         flush=True,
     )
+    space = cfg.search.for_model(setup.dense.model_config.layer_heads)  # as the study's start-up
     found: dict[str, list[dict]] = {}
     for arm in arms:
         print(f"  seed {seed}, arm {arm}", flush=True)
@@ -324,10 +327,10 @@ def run_seed(
             sampler = arm.partition("@")[2] or cfg.study.sampler
             found[arm] = searched_arm(cfg, seed, budget_s, artifacts, startup, sampler)
         elif arm in SWEEPS:
-            sweep = partial(sweep_hparams, cfg.search, arm)
+            sweep = partial(sweep_hparams, space, arm)
             found[arm] = sweep_arm(setup, sweep, budget_s, dense)
         elif arm == "l0_penalty":
-            lambdas = partial(l0_penalty_at, cfg.search, lambda_range=lambda_range)
+            lambdas = partial(l0_penalty_at, space, lambda_range=lambda_range)
             found[arm] = sweep_arm(setup, lambdas, budget_s, dense)
         elif arm == "plain_tune":
             found[arm] = [dense, *plain_tune_arm(cfg, setup, seed, budget_s - dense["seconds"])]

@@ -288,7 +288,7 @@ def _run_leased(
 
     driver = StudyDriver(
         study,
-        cfg.search,
+        cfg.search.for_model(model_cfg.layer_heads),  # the start-up: one new head count per trial
         n_trials=opts.n_trials,
         max_failed=cfg.study.max_failed_trials,
         models_dir=opts.artifacts / "trials" / opts.study_name,

@@ -12,13 +12,14 @@ for the start-up sweep only (``SearchSpace.with_startup``).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
 
 from orchestrator.errors import UserError, closest
-from trainers.gates import check_reachable
+from trainers.gates import check_reachable, heads_to_keep
 
 
 def _describe_bounds(spec: dict) -> str:
@@ -121,6 +122,8 @@ class SearchSpace:
     applies_to: dict[str, tuple | None] = field(default_factory=dict)
     defaults: dict[str, Any] = field(default_factory=dict)  # the trainer's own values
     startup: dict[str, Any] = field(default_factory=dict)  # [startup]: the start-up sweep's settings
+    # The model's heads (``for_model``); 0 while unknown: the start-up then spreads sparsity alone.
+    total_heads: int = 0
 
     @classmethod
     def from_table(cls, where: str, table: Any, specs: dict[str, dict]) -> SearchSpace:
@@ -205,10 +208,39 @@ class SearchSpace:
             i //= 2
         return entry.high - (entry.high - entry.low) * fraction
 
+    def for_model(self, layer_heads: Sequence[int]) -> SearchSpace:
+        """This space for a model with these heads per layer: its start-up spread then gives
+        every trial a head count no earlier start-up trial had (``start_sparsity``)."""
+        return replace(self, total_heads=sum(layer_heads))
+
+    def start_sparsity(self, index: int) -> float | None:
+        """The ``index``-th start-up trial's sparsity: the even spread's, passing over a value that
+        keeps as many heads as an earlier one did (the model's heads known, ``for_model``). A
+        target is met exactly, to the head (``trainers.gates.heads_to_keep``), so such a value
+        would run the earlier trial's size again: on the default study's 32 heads the plain
+        spread repeats one from its 19th value and needs 32 to cover the 27 sizes; this takes
+        27. Once every size has had its trial, the sizes come round again in the same order.
+        Short start-ups are unchanged: the plain spread's first 18 values all differ in size."""
+        if not self.total_heads:
+            return self.spread("sparsity", index)
+        sizes: dict[int, float] = {}  # head count -> the first spread value that keeps it
+        # A spread of 2^m values is a grid of the range's width / 2^m: with 2^m above 16x the
+        # heads, every size the range holds more than a sliver of is on it.
+        scan = 2 ** math.ceil(math.log2(16 * self.total_heads))
+        for i in range(scan):
+            value = self.spread("sparsity", i)
+            if value is None:
+                return None
+            sizes.setdefault(heads_to_keep(self.total_heads, value), value)
+            if len(sizes) > index:
+                return value
+        return list(sizes.values())[index % len(sizes)]
+
     def start_point(self, index: int, method: str | None = None) -> dict[str, Any] | None:
         """Fixed values for the ``index``-th start-up trial, a sweep over sparsity: sparsity from
-        the even spread; the method ``startup_methods`` names, taken in turn when it names more
-        than one, so that the front still gets a new size from every trial (with two methods
+        the even spread, a new head count each (``start_sparsity``); the method
+        ``startup_methods`` names, taken in turn when it names more than one, so that the front
+        still gets a new size from every trial (with two methods
         the spread's order gives the first the upper half of the range and the second the lower
         half: list first the method for heavy pruning); ``method`` given, that one instead at
         every index, a single-method sweep (``sweep_point``); a setting ``[startup]`` names,
@@ -219,7 +251,7 @@ class SearchSpace:
         what a default does not get right for a pruned model (the default study: its learning
         rate). The sampler explores the other methods and numbers after the start-up. None when
         sparsity is not a float range or no searched method takes a target."""
-        sparsity = self.spread("sparsity", index)
+        sparsity = self.start_sparsity(index)
         methods = self.startup_methods()
         if sparsity is None or not methods:
             return None

@@ -33,14 +33,15 @@ def default_study_driver(tmp_path: Path, **options):
     from orchestrator.runner import make_sampler
 
     cfg = load_study_config(REPO / "studies" / "tinyshakespeare.toml")
+    space = cfg.search.for_model(options.pop("layer_heads", (8, 8, 8, 8)))  # as the runner's
     study = optuna.create_study(
         directions=["minimize", "minimize"],
         sampler=make_sampler("tpe", seed=0, startup=options.pop("startup")),
     )
     return StudyDriver(
         study,
-        cfg.search,
-        n_trials=12,
+        space,
+        n_trials=options.pop("n_trials", 12),
         max_failed=0,
         models_dir=tmp_path,
         on_finished=lambda n: None,

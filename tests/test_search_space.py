@@ -6,6 +6,7 @@ import pytest
 
 from orchestrator.config import load_study_config
 from orchestrator.search_space import Choices, Fixed, Range, SearchSpace
+from trainers.gates import heads_to_keep
 
 
 def test_spread_starts_at_the_high_end_and_halves_the_gaps():
@@ -22,6 +23,36 @@ def test_every_prefix_of_the_spread_covers_the_range():
     for n in (2, 4, 8, 16):  # n points leave no gap wider than the range / (n / 2)
         points = sorted([0.05, *values[:n]])
         assert max(b - a for a, b in zip(points, points[1:])) <= 0.825 / (n / 2) + 1e-12
+
+
+def test_a_start_up_that_knows_the_models_heads_gives_every_trial_a_new_head_count():
+    """The default study's range keeps 4 to 30 of 32 heads: the plain spread repeats a size at
+    its 19th value and covers the 27 sizes only at its 32nd; with the heads known, 27 start-up
+    trials cover them, the first 18 as before, then the sizes come round again in order."""
+    from helpers import REPO
+
+    plain = load_study_config(REPO / "studies" / "tinyshakespeare.toml").search
+    sized = plain.for_model([8, 8, 8, 8])
+
+    def kept(space, n):
+        return [heads_to_keep(32, space.start_point(i)["sparsity"]) for i in range(n)]
+
+    assert len(set(kept(plain, 19))) == 18  # the plain spread's 19th value repeats a size
+    assert len(set(kept(plain, 31))) < 27
+    assert sorted(kept(sized, 27)) == list(range(4, 31))
+    assert kept(sized, 18) == kept(plain, 18)
+    assert kept(sized, 30)[27:] == kept(sized, 3)
+    assert [sized.start_point(i)["sparsity"] for i in range(18)] == [
+        plain.start_point(i)["sparsity"] for i in range(18)
+    ]
+
+
+def test_a_start_up_spread_keeps_every_value_inside_the_range_when_sizes_are_few():
+    """Four heads over [0.25, 0.75]: three sizes (1 to 3 kept), then the same values again."""
+    space = SearchSpace({"sparsity": Range(0.25, 0.75)}, total_heads=4)
+    values = [space.start_sparsity(i) for i in range(6)]
+    assert [heads_to_keep(4, v) for v in values] == [1, 2, 3, 1, 2, 3]
+    assert all(0.25 <= v <= 0.75 for v in values)
 
 
 @pytest.mark.parametrize(
@@ -310,6 +341,16 @@ def test_the_default_studys_start_up_is_a_sweep_of_its_first_method_then_the_sam
     later = asked[4:]
     assert len({h["lr"] for h in later}) == len(later) and 3e-3 not in {h["lr"] for h in later}  # sampled
     assert len({h["method"] for h in later}) > 1  # the sampler explores the other methods
+
+
+def test_the_driver_gives_each_start_up_trial_a_head_count_of_its_own(tmp_path):
+    """Through the driver, on the default study's 32 heads: 20 start-up trials, 20 sizes (the
+    plain spread would run 11 heads twice, at its 3rd and 19th values)."""
+    from helpers import default_study_driver
+
+    driver = default_study_driver(tmp_path, startup=20, spread_trials=20, n_trials=30)
+    asked = [driver.next_config(f"t{i}")["hparams"] for i in range(21)][1:]
+    assert len({heads_to_keep(32, h["sparsity"]) for h in asked}) == 20
 
 
 def test_a_retried_start_up_trial_does_not_skip_the_next_point_of_the_spread(tmp_path):
