@@ -219,13 +219,15 @@ class SearchSpace:
         target is met exactly, to the head (``trainers.gates.heads_to_keep``), so such a value
         would run the earlier trial's size again: on the default study's 32 heads the plain
         spread repeats one from its 19th value and needs 32 to cover the 27 sizes; this takes
-        27. Once every size has had its trial, the sizes come round again in the same order.
-        Short start-ups are unchanged: the plain spread's first 18 values all differ in size."""
+        27, and its first 18 are the plain spread's (smaller models part from it sooner: the
+        smoke study's 8 heads at the 5th). Once every size has had its trial, the sizes come
+        round again in the same order. A size of which the range holds only a sliver (under a
+        16th of a head's width in sparsity, at an end of the range) may be passed over."""
         if not self.total_heads:
             return self.spread("sparsity", index)
         sizes: dict[int, float] = {}  # head count -> the first spread value that keeps it
-        # A spread of 2^m values is a grid of the range's width / 2^m: with 2^m above 16x the
-        # heads, every size the range holds more than a sliver of is on it.
+        # A spread of 2^m values is a grid of the range's width / 2^m: with 2^m at least 16x
+        # the heads, every size the range holds more than a sliver of is on it.
         scan = 2 ** math.ceil(math.log2(16 * self.total_heads))
         for i in range(scan):
             value = self.spread("sparsity", i)
@@ -240,9 +242,10 @@ class SearchSpace:
         """Fixed values for the ``index``-th start-up trial, a sweep over sparsity: sparsity from
         the even spread, a new head count each (``start_sparsity``); the method
         ``startup_methods`` names, taken in turn when it names more than one, so that the front
-        still gets a new size from every trial (with two methods
-        the spread's order gives the first the upper half of the range and the second the lower
-        half: list first the method for heavy pruning); ``method`` given, that one instead at
+        still gets a new size from every trial until each size has one (with two methods the
+        spread's order gives the first the upper half of the range and the second the lower
+        half, on the default study for its first 26 trials: list first the method for heavy
+        pruning); ``method`` given, that one instead at
         every index, a single-method sweep (``sweep_point``); a setting ``[startup]`` names,
         where it applies to the trial's method, as it says; every other searched number at its
         default where its range holds it (the papers' values), every other list of choices at
