@@ -22,8 +22,8 @@ The arms:
   to compare the samplers side by side (each searched arm is judged by the targets below);
 - ``searched``: the default study as ``launch-study run --n-trials N`` runs it, N being the full
   trials the budget affords (Ray Tune + Optuna, early stopping as the study file says, the
-  controlled dense control, a start-up sweep over N/2 + 1 sparsities, at most 10, of
-  ``[startup] method`` (several in turn when it lists several), else the first listed method,
+  controlled dense control, a start-up sweep over N/2 + 1 sparsities, at most one per head
+  count, of ``[startup] method`` (several in turn when it lists several), else the first listed method,
   at ``[startup]``'s settings, then the sampler);
 - ``random``, ``importance``, ``l0_target``, ``topk``: sweeps of one method at sparsities spread
   evenly over the study's range (every prefix covers it), every other knob as the searched
@@ -311,15 +311,15 @@ def run_seed(
     setup = TrialSetup(corpus, checkpoint, cfg.budget, seed)
     dense = timed_trial(setup, TrialHParams(**cfg.search.control_point()))
     # The searched arm as a user would run it on this budget: --n-trials = the full trials it
-    # affords, hence the default rule's start-up spread (half of them, at most 10).
+    # affords, hence the default rule's start-up spread (half of them, at most one per size).
     affords = max(1, int(budget_s // dense["seconds"]))
-    startup = startup_trials(cfg, affords)
+    space = cfg.search.for_model(setup.dense.model_config.layer_heads)  # as the study's start-up
+    startup = startup_trials(cfg, affords, space)
     print(
         f"seed {seed}: dense control ppl {dense['ppl']:.3f} ({dense['seconds']:.0f} CPU-s); "
         f"the budget affords {affords} full trials, {startup} of them start-up",
         flush=True,
     )
-    space = cfg.search.for_model(setup.dense.model_config.layer_heads)  # as the study's start-up
     found: dict[str, list[dict]] = {}
     for arm in arms:
         print(f"  seed {seed}, arm {arm}", flush=True)

@@ -35,6 +35,7 @@ from orchestrator.preflight import (
 )
 from orchestrator.progress import PhaseProgress, say
 from orchestrator.report import dense_reference, front_note, last_failure
+from orchestrator.search_space import SearchSpace
 from orchestrator.storage import (
     HeldLease,
     StudyStore,
@@ -212,15 +213,15 @@ def study_dense_checkpoint(
     )
 
 
-def _sampler(cfg: StudyConfig, opts: RunOptions, store: StudyStore) -> optuna.samplers.BaseSampler:
+def _sampler(
+    cfg: StudyConfig, opts: RunOptions, store: StudyStore, startup: int
+) -> optuna.samplers.BaseSampler:
     # Seeded by the trials already asked, so a resumed study does not replay its start points.
     asked = 0
     if study_exists(store, opts.study_name):
         study_id = store.storage.get_study_id_from_name(opts.study_name)
         asked = len(store.storage.get_all_trials(study_id, deepcopy=False))
-    return make_sampler(
-        cfg.study.sampler, seed=cfg.study.seed + asked, startup=startup_trials(cfg, opts.n_trials)
-    )
+    return make_sampler(cfg.study.sampler, seed=cfg.study.seed + asked, startup=startup)
 
 
 def make_sampler(kind: str, *, seed: int, startup: int) -> optuna.samplers.BaseSampler:
@@ -234,11 +235,15 @@ def make_sampler(kind: str, *, seed: int, startup: int) -> optuna.samplers.BaseS
     )
 
 
-def startup_trials(cfg: StudyConfig, n_trials: int) -> int:
+def startup_trials(cfg: StudyConfig, n_trials: int, space: SearchSpace) -> int:
     """The start-up, a sweep over sparsity (``SearchSpace.start_point``), before the sampler
     models the results: ``[study] startup_trials``, else half the run's ``n_trials``
-    (``--n-trials`` when given, else the study file's), at most 10."""
-    return cfg.study.startup_trials or min(10, n_trials // 2 + 1)
+    (``--n-trials`` when given, else the study file's), at most one per size the spread
+    reaches (``space`` for the model, ``SearchSpace.for_model``: 27 on the default study),
+    else at most 10. Until December 2026 it was at most 10 whatever the run: at 36-41 trials
+    of the benchmark, 19 measured ahead of 10 on 3 of 3 seeds (BENCHMARKS.md, the start-up's
+    size); the default study's 18 trials still take 10."""
+    return cfg.study.startup_trials or min(space.start_sizes() or 10, n_trials // 2 + 1)
 
 
 def preflight(cfg: StudyConfig, opts: RunOptions) -> None:
@@ -272,7 +277,9 @@ def _run_leased(
     model_cfg: FamilyConfig,
     lease: HeldLease,
 ) -> RunSummary:
-    study = create_or_load_study(store, opts.study_name, _sampler(cfg, opts, store))
+    space = cfg.search.for_model(model_cfg.layer_heads)  # the start-up: one new head count per trial
+    startup = startup_trials(cfg, opts.n_trials, space)
+    study = create_or_load_study(store, opts.study_name, _sampler(cfg, opts, store, startup))
     say(f"study {opts.study_name!r} in {store.safe_url}")
     orphans = fail_orphaned_trials(store, study)
     if orphans:
@@ -288,12 +295,12 @@ def _run_leased(
 
     driver = StudyDriver(
         study,
-        cfg.search.for_model(model_cfg.layer_heads),  # the start-up: one new head count per trial
+        space,
         n_trials=opts.n_trials,
         max_failed=cfg.study.max_failed_trials,
         models_dir=opts.artifacts / "trials" / opts.study_name,
         on_finished=lambda number: _after_trial(store, study, driver, number),
-        spread_trials=startup_trials(cfg, opts.n_trials),
+        spread_trials=startup,
         gap_fill_every=cfg.study.gap_fill_every,
         trial_cpu_seconds_budget=opts.trial_cpu_seconds_budget,
         still_leased=lambda: not lease.lost.is_set(),

@@ -225,6 +225,16 @@ class SearchSpace:
         16th of a head's width in sparsity, at an end of the range) may be passed over."""
         if not self.total_heads:
             return self.spread("sparsity", index)
+        values = self._first_value_of_each_size()
+        return values[index % len(values)] if values else None
+
+    def start_sizes(self) -> int:
+        """How many head counts the start-up spread reaches (0 while the model's heads are not
+        known, or sparsity is not a linear range): the most start-up trials that each add a new
+        size to the front (``orchestrator.runner.startup_trials``)."""
+        return len(self._first_value_of_each_size()) if self.total_heads else 0
+
+    def _first_value_of_each_size(self) -> list[float]:
         sizes: dict[int, float] = {}  # head count -> the first spread value that keeps it
         # A spread of 2^m values is a grid of the range's width / 2^m: with 2^m at least 16x
         # the heads, every size the range holds more than a sliver of is on it.
@@ -232,11 +242,9 @@ class SearchSpace:
         for i in range(scan):
             value = self.spread("sparsity", i)
             if value is None:
-                return None
+                return []
             sizes.setdefault(heads_to_keep(self.total_heads, value), value)
-            if len(sizes) > index:
-                return value
-        return list(sizes.values())[index % len(sizes)]
+        return list(sizes.values())
 
     def start_point(self, index: int, method: str | None = None) -> dict[str, Any] | None:
         """Fixed values for the ``index``-th start-up trial, a sweep over sparsity: sparsity from

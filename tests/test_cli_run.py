@@ -120,6 +120,19 @@ def test_start_up_trials_spread_the_sparsity_range_from_its_high_end(smoke):
     assert [t.params["sparsity"] for t in trials[1:3]] == [0.75, 0.5]  # recorded for the sampler
 
 
+def test_a_longer_start_up_gives_each_trial_a_head_count_of_its_own(tmp_path):
+    """Through launch-study, so through the runner's sized search space: the smoke study's 8
+    heads over [0.25, 0.75] hold 5 sizes (2 to 6 kept, half rounded to even), which the plain
+    spread's first 5 values do not reach (its 5th, 0.6875, keeps 2 again)."""
+    before = ray_processes()
+    run = launch("run", str(SMOKE), "--n-trials", "6", "--set", "study.startup_trials=5", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert not leftover_ray_processes(before)
+    study = optuna.load_study(study_name="smoke", storage=f"sqlite:///{tmp_path}/runs/smoke.db")
+    start_up = study.get_trials()[1:6]
+    assert [sum(heads(t)) for t in start_up] == [2, 4, 3, 5, 6]
+
+
 def test_achieved_sparsity_is_the_target_to_the_nearest_head(smoke):
     for t in smoke["study"].get_trials(states=(optuna.trial.TrialState.COMPLETE,)):
         target = hparams(t)["sparsity"]

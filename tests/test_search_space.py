@@ -316,10 +316,14 @@ def test_the_start_up_spread_follows_the_runs_n_trials_and_the_study_files_overr
     from orchestrator.runner import startup_trials
 
     cfg = load_study_config(REPO / "studies" / "tinyshakespeare.toml")  # n_trials = 18
-    assert startup_trials(cfg, 4) == 3  # a run of --n-trials 4, not the file's 18
-    assert startup_trials(cfg, 100) == 10
+    sized = cfg.search.for_model([8, 8, 8, 8])  # 27 head counts in the range
+    assert startup_trials(cfg, 4, sized) == 3  # a run of --n-trials 4, not the file's 18
+    assert startup_trials(cfg, 18, sized) == 10  # the default study's own run
+    assert startup_trials(cfg, 40, sized) == 21  # half the run, beyond the old cap of 10
+    assert startup_trials(cfg, 100, sized) == 27  # at most one trial per size
+    assert startup_trials(cfg, 100, cfg.search) == 10  # the model's heads not known: the old cap
     overridden = load_study_config(REPO / "studies" / "tinyshakespeare.toml", ["study.startup_trials=6"])
-    assert startup_trials(overridden, 4) == 6
+    assert startup_trials(overridden, 4, sized) == 6
 
 
 def test_the_default_studys_start_up_is_a_sweep_of_its_first_method_then_the_sampler_chooses(tmp_path):
