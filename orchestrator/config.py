@@ -51,7 +51,7 @@ class StudySettings:
     max_failed_trials: int = bounded(5, 0, doc="FAIL trials a run tolerates before it stops")
     lease_seconds: float = bounded(60.0, 1.0, doc="a driver silent this long loses the study")
     startup_trials: int = bounded(
-        0, 0, doc="trials spread over sparsity before the sampler models the results (0: n/2 + 1, README)"
+        0, 0, doc="trials spread over sparsity before the sampler models (0: n/2 + 1, <= one per size)"
     )
     sampler: str = choice("tpe", SAMPLERS, doc="how Optuna chooses after the start-up (README: the sampler)")
     gap_fill_every: int = bounded(

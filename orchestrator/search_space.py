@@ -253,8 +253,8 @@ class SearchSpace:
         still gets a new size from every trial until each size has one (with two methods the
         spread's order gives the first the upper half of the range and the second the lower
         half, on the default study for its first 26 trials: list first the method for heavy
-        pruning); ``method`` given, that one instead at
-        every index, a single-method sweep (``sweep_point``); a setting ``[startup]`` names,
+        pruning); ``method`` given, that one instead at every index, a single-method sweep
+        (``sweep_point``); a setting ``[startup]`` names,
         where it applies to the trial's method, as it says; every other searched number at its
         default where its range holds it (the papers' values), every other list of choices at
         the default if listed, else its first entry. Put first the method you would sweep
