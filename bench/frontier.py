@@ -43,7 +43,8 @@ A second table gives each arm's hypervolume after a quarter, a half and three qu
 budget (its first trials within that much CPU), so one run shows where one arm passes another.
 Per arm: the hypervolume, the best perplexity / dense among points with >= 50% and >= 75% of the
 heads removed, the trials finished and the configurations per CPU-hour. Targets (issue 11): the
-searched hypervolume beats every other arm on the mean and on at least 2 of 3 seeds; at 50%
+searched hypervolume beats every other arm on the mean and on at least 2 of 3 seeds (by more
+than ``TIE``, the tables' last digit); at 50%
 removed its best point is within 2% of the dense control, at 75% within 10%.
 """
 
@@ -77,6 +78,9 @@ STUDY = REPO / "studies" / "tinyshakespeare.toml"
 SWEEPS = ("random", "importance", "l0_target", "topk")  # one method over the sparsity spread
 ARMS = ("searched", *SWEEPS, "l0_penalty", "plain_tune")
 LAMBDA_RANGE = (0.1, 10.0)
+# A seed (or the mean) counts as won only by more than the tables' last digit: two fronts of the
+# same trials differ in float noise, and a run once counted such a tie as a win ("met").
+TIE = 1e-4
 
 
 def point(result, hparams: dict) -> dict:
@@ -410,14 +414,16 @@ def report(per_seed: list[dict], budget_minutes: float, cpus_per_trial: float) -
     others = [a for a in arms if not a.startswith("searched")]
     for candidate in [a for a in arms if a.startswith("searched")]:
         mine = column(candidate, "hypervolume")
-        on_mean = all(statistics.mean(mine) > statistics.mean(column(a, "hypervolume")) for a in others)
-        wins = [sum(m > o for m, o in zip(mine, column(a, "hypervolume"))) for a in others]
+        on_mean = all(statistics.mean(mine) - statistics.mean(column(a, "hypervolume")) > TIE for a in others)
+        wins = [sum(m - o > TIE for m, o in zip(mine, column(a, "hypervolume"))) for a in others]
+        ties = [sum(abs(m - o) <= TIE for m, o in zip(mine, column(a, "hypervolume"))) for a in others]
         enough = all(w >= math.ceil(2 * len(per_seed) / 3) for w in wins)
         r50, r75 = column(candidate, "ppl_ratio_50"), column(candidate, "ppl_ratio_75")
         print(
             f"targets: {candidate} hypervolume beats every other arm on the mean: "
             f"{'met' if on_mean else 'not met'}; "
-            f"on >= 2/3 of the seeds: {'met' if enough else 'not met'} (wins {dict(zip(others, wins))}); "
+            f"on >= 2/3 of the seeds: {'met' if enough else 'not met'} (wins {dict(zip(others, wins))}, "
+            f"ties within {TIE:g} {dict(zip(others, ties))}); "
             f"50% removed within 2%: {'met' if all(r and r <= 1.02 for r in r50) else 'not met'}; "
             f"75% removed within 10%: {'met' if all(r and r <= 1.10 for r in r75) else 'not met'}"
         )
