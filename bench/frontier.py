@@ -414,9 +414,11 @@ def report(per_seed: list[dict], budget_minutes: float, cpus_per_trial: float) -
     others = [a for a in arms if not a.startswith("searched")]
     for candidate in [a for a in arms if a.startswith("searched")]:
         mine = column(candidate, "hypervolume")
-        on_mean = all(statistics.mean(mine) - statistics.mean(column(a, "hypervolume")) > TIE for a in others)
-        wins = [sum(m - o > TIE for m, o in zip(mine, column(a, "hypervolume"))) for a in others]
-        ties = [sum(abs(m - o) <= TIE for m, o in zip(mine, column(a, "hypervolume"))) for a in others]
+        # per other arm, the candidate's lead on each seed (its mean lead is their mean)
+        leads = [[m - o for m, o in zip(mine, column(a, "hypervolume"))] for a in others]
+        on_mean = all(statistics.mean(lead) > TIE for lead in leads)
+        wins = [sum(d > TIE for d in lead) for lead in leads]
+        ties = [sum(abs(d) <= TIE for d in lead) for lead in leads]
         enough = all(w >= math.ceil(2 * len(per_seed) / 3) for w in wins)
         r50, r75 = column(candidate, "ppl_ratio_50"), column(candidate, "ppl_ratio_75")
         print(
