@@ -421,11 +421,16 @@ def report(per_seed: list[dict], budget_minutes: float, cpus_per_trial: float) -
         ties = [sum(abs(d) <= TIE for d in lead) for lead in leads]
         enough = all(w >= math.ceil(2 * len(per_seed) / 3) for w in wins)
         r50, r75 = column(candidate, "ppl_ratio_50"), column(candidate, "ppl_ratio_75")
-        print(
-            f"targets: {candidate} hypervolume beats every other arm on the mean: "
-            f"{'met' if on_mean else 'not met'}; "
+        # With no other arm, "beats every other arm" would hold of nothing: say so, not "met".
+        hypervolume = (
+            f"hypervolume beats every other arm on the mean: {'met' if on_mean else 'not met'}; "
             f"on >= 2/3 of the seeds: {'met' if enough else 'not met'} (wins {dict(zip(others, wins))}, "
-            f"ties within {TIE:g} {dict(zip(others, ties))}); "
+            f"ties within {TIE:g} {dict(zip(others, ties))})"
+            if others
+            else "hypervolume: no other arm here to compare with (--merge the other arms' saved runs)"
+        )
+        print(
+            f"targets: {candidate} {hypervolume}; "
             f"50% removed within 2%: {'met' if all(r and r <= 1.02 for r in r50) else 'not met'}; "
             f"75% removed within 10%: {'met' if all(r and r <= 1.10 for r in r75) else 'not met'}"
         )

@@ -208,3 +208,13 @@ def test_a_seed_won_by_float_noise_is_a_tie_not_a_win(capsys) -> None:
         "on >= 2/3 of the seeds: not met (wins {'importance': 1}, ties within 0.0001 {'importance': 2})"
         in line
     )
+
+
+def test_a_searched_arm_reported_alone_is_not_said_to_beat_the_other_arms(capsys) -> None:
+    """A run of the searched arm only (``--arms searched``, or its saved runs merged alone) has
+    nothing to beat: the report says so instead of "met" over an empty set of arms."""
+    merged, budget_minutes = merge_seeds([saved_run(28.0, 40.0, "searched", [trial(4.2, 700, 40.0)])])
+    report(merged, budget_minutes, 1.0)
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("targets: searched"))
+    assert "hypervolume: no other arm here to compare with" in line
+    assert "met;" not in line.split("50% removed")[0]
