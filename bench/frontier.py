@@ -421,13 +421,13 @@ def report(per_seed: list[dict], budget_minutes: float, cpus_per_trial: float) -
         ties = [sum(abs(d) <= TIE for d in lead) for lead in leads]
         enough = all(w >= math.ceil(2 * len(per_seed) / 3) for w in wins)
         r50, r75 = column(candidate, "ppl_ratio_50"), column(candidate, "ppl_ratio_75")
-        # With no other arm, "beats every other arm" would hold of nothing: say so, not "met".
+        # With no arm but searched ones, "beats every other arm" would hold of nothing: say so, not "met".
         hypervolume = (
             f"hypervolume beats every other arm on the mean: {'met' if on_mean else 'not met'}; "
             f"on >= 2/3 of the seeds: {'met' if enough else 'not met'} (wins {dict(zip(others, wins))}, "
             f"ties within {TIE:g} {dict(zip(others, ties))})"
             if others
-            else "hypervolume: no other arm here to compare with (--merge the other arms' saved runs)"
+            else "hypervolume: no arm but searched ones here to compare with (--merge the others' saved runs)"
         )
         print(
             f"targets: {candidate} {hypervolume}; "

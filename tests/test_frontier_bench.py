@@ -216,5 +216,5 @@ def test_a_searched_arm_reported_alone_is_not_said_to_beat_the_other_arms(capsys
     merged, budget_minutes = merge_seeds([saved_run(28.0, 40.0, "searched", [trial(4.2, 700, 40.0)])])
     report(merged, budget_minutes, 1.0)
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("targets: searched"))
-    assert "hypervolume: no other arm here to compare with" in line
+    assert "hypervolume: no arm but searched ones here to compare with" in line
     assert "met;" not in line.split("50% removed")[0]
