@@ -254,14 +254,14 @@ class SearchSpace:
         spread's order gives the first the upper half of the range and the second the lower
         half, on the default study for its first 26 trials: list first the method for heavy
         pruning); ``method`` given, that one instead at every index, a single-method sweep
-        (``sweep_point``); a setting ``[startup]`` names,
-        where it applies to the trial's method, as it says; every other searched number at its
-        default where its range holds it (the papers' values), every other list of choices at
-        the default if listed, else its first entry. Put first the method you would sweep
-        without a search (the default study: importance, BENCHMARKS.md), and in ``[startup]``
-        what a default does not get right for a pruned model (the default study: its learning
-        rate). The sampler explores the other methods and numbers after the start-up. None when
-        sparsity is not a float range or no searched method takes a target."""
+        (``sweep_point``); a setting ``[startup]`` names, where it applies to the trial's
+        method, as it says; every other searched number at its default where its range holds
+        it (the papers' values), every other list of choices at the default if listed, else its
+        first entry. Put first the method you would sweep without a search (the default study:
+        importance, BENCHMARKS.md), and in ``[startup]`` what a default does not get right for a
+        pruned model (the default study: its learning rate). The sampler explores the other
+        methods and numbers after the start-up. None when sparsity is not a float range or no
+        searched method takes a target."""
         sparsity = self.start_sparsity(index)
         methods = self.startup_methods()
         if sparsity is None or not methods:
