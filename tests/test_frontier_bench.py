@@ -189,7 +189,7 @@ def test_the_l0_penalty_sweep_spreads_log_lambda_over_the_range_it_is_given() ->
     space = load_study_config(STUDY).search
     lambdas = [l0_penalty_at(space, i, lambda_range=(1.0, 30.0)).l0_lambda for i in range(4)]
     assert lambdas == pytest.approx([30.0, 30.0**0.5, 30.0**0.75, 30.0**0.25])
-    assert [l0_penalty_at(space, i).l0_lambda for i in range(2)] == pytest.approx([10.0, 1.0])
+    assert [l0_penalty_at(space, i).l0_lambda for i in range(2)] == pytest.approx([150.0, 1500.0**0.5])
 
 
 def test_a_seed_won_by_float_noise_is_a_tie_not_a_win(capsys) -> None:
