@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from orchestrator.errors import LeaseLost, UserError
-from orchestrator.interrupts import Interrupted, raise_on_sigterm
+from orchestrator.interrupts import Interrupted, raise_on_sigterm, wind_down
 
 
 class _Parser(argparse.ArgumentParser):
@@ -247,13 +247,44 @@ def _export_model(args: argparse.Namespace) -> int:
 
 
 def _dashboard(args: argparse.Namespace) -> int:
-    from optuna_dashboard import run_server
+    """optuna-dashboard's app on wsgiref's server, as its ``run_server`` does, but stopped by
+    ``server.shutdown()``: a signal raised as an exception in the server's thread is swallowed
+    when it comes during a request (wsgiref's handler catches everything and answers 500), so
+    with the browser polling, SIGTERM or Ctrl-C was lost and the dashboard ran on."""
+    import socket
+    import threading
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    from optuna_dashboard import wsgi
 
     from orchestrator.storage import open_store
 
+    class Server(WSGIServer):
+        address_family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+
+    class QuietHandler(WSGIRequestHandler):
+        """No line per request: the page polls every few seconds (errors are still printed)."""
+
+        def log_request(self, code="-", size="-") -> None:
+            pass
+
     store = open_store(_storage_url(args), create=False)
+    try:
+        server = make_server(args.host, args.port, wsgi(store.storage), Server, QuietHandler)
+    except OSError as err:  # the port taken, or an address not this machine's
+        where = f"--host {args.host} --port {args.port}"
+        raise UserError(f"{where}: cannot listen there ({err.strerror})") from None
+    signals: list[int] = []
+
+    def stop(signum: int) -> None:  # shutdown() waits for serve_forever() to return: not in its thread
+        signals.append(signum)
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
     print(f"optuna-dashboard on {store.safe_url}: http://{args.host}:{args.port}/", file=sys.stderr)
-    run_server(store.storage, host=args.host, port=args.port)
+    with server, wind_down(stop):  # a second signal stops at once
+        server.serve_forever()
+    if signals:
+        raise Interrupted(signals[0])
     return 0
 
 

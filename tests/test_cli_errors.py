@@ -392,3 +392,16 @@ def test_weights_of_another_model_are_refused_not_replaced_by_random_ones(tmp_pa
     assert lines[-1].startswith("launch-study: error: ") and "do not fit its config.json" in lines[-1]
     assert len(lines) == 2, run.stderr  # the study's first line, then the error: no load report
     assert not list((tmp_path / "runs" / "artifacts").glob("dense/*"))
+
+
+def test_a_dashboard_port_already_taken_is_one_line(tmp_path):
+    import socket
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    optuna.create_study(study_name="s", storage=url, directions=["minimize", "minimize"])
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        run = cli_in_process("dashboard", "--storage", url, "--port", str(port), cwd=tmp_path)
+    assert_user_error(run, f"--host 127.0.0.1 --port {port}: cannot listen there")
