@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from orchestrator.errors import LeaseLost, UserError
-from orchestrator.interrupts import Interrupted, raise_on_sigterm, wind_down
+from orchestrator.interrupts import Interrupted, raise_on_sigterm
 
 
 class _Parser(argparse.ArgumentParser):
@@ -247,20 +247,24 @@ def _export_model(args: argparse.Namespace) -> int:
 
 
 def _dashboard(args: argparse.Namespace) -> int:
-    """optuna-dashboard's app on wsgiref's server, as its ``run_server`` does, but stopped by
-    ``server.shutdown()``: a signal raised as an exception in the server's thread is swallowed
-    when it comes during a request (wsgiref's handler catches everything and answers 500), so
-    with the browser polling, SIGTERM or Ctrl-C was lost and the dashboard ran on."""
+    """optuna-dashboard's public WSGI app on wsgiref's server, as optuna-dashboard's own command
+    serves it: a thread per request. The main thread then only waits for connections, so SIGTERM
+    (raised there as ``Interrupted``) or Ctrl-C always ends ``serve_forever``. With bottle's
+    one-thread server (``run_server``, until December 2026) a signal that came during a request
+    was swallowed by wsgiref's handler (it catches everything and answers 500) and the dashboard
+    ran on; and a client that connected and sent nothing held the only thread."""
     import socket
-    import threading
+    from socketserver import ThreadingMixIn
     from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
     from optuna_dashboard import wsgi
 
     from orchestrator.storage import open_store
 
-    class Server(WSGIServer):
+    class Server(ThreadingMixIn, WSGIServer):
         address_family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+        daemon_threads = True  # a request in hand does not keep the process alive
+        block_on_close = False
 
     class QuietHandler(WSGIRequestHandler):
         """No line per request: the page polls every few seconds (errors are still printed)."""
@@ -269,22 +273,15 @@ def _dashboard(args: argparse.Namespace) -> int:
             pass
 
     store = open_store(_storage_url(args), create=False)
+    app = wsgi(store.storage)
     try:
-        server = make_server(args.host, args.port, wsgi(store.storage), Server, QuietHandler)
-    except OSError as err:  # the port taken, or an address not this machine's
-        where = f"--host {args.host} --port {args.port}"
-        raise UserError(f"{where}: cannot listen there ({err.strerror})") from None
-    signals: list[int] = []
-
-    def stop(signum: int) -> None:  # shutdown() waits for serve_forever() to return: not in its thread
-        signals.append(signum)
-        threading.Thread(target=server.shutdown, daemon=True).start()
-
-    print(f"optuna-dashboard on {store.safe_url}: http://{args.host}:{args.port}/", file=sys.stderr)
-    with server, wind_down(stop):  # a second signal stops at once
+        server = make_server(args.host, args.port, app, Server, QuietHandler)
+    except (OSError, OverflowError) as err:  # the port taken or out of range, an address not ours
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise UserError(f"--host {args.host} --port {args.port}: cannot listen there ({reason})") from None
+    with server:
+        print(f"optuna-dashboard on {store.safe_url}: http://{args.host}:{args.port}/", file=sys.stderr)
         server.serve_forever()
-    if signals:
-        raise Interrupted(signals[0])
     return 0
 
 

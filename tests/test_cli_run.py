@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import math
 import re
@@ -370,8 +371,9 @@ def test_optuna_cli_reads_the_same_study(smoke):
 
 
 def test_dashboard_command_serves_the_study_on_localhost_and_stops(smoke, tmp_path):
-    """Stopped with SIGTERM while browsers poll it: a signal that came during a request used to
-    be swallowed by wsgiref's error handling, and the dashboard ran on (8 of 8 tries)."""
+    """Stopped with SIGTERM while pages poll it and a client holds a connection without a
+    request: on one thread, a signal that came during a request was swallowed by wsgiref's
+    error handling and the dashboard ran on (8 of 8 tries)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}/api/studies"
     server = subprocess.Popen(
@@ -380,14 +382,18 @@ def test_dashboard_command_serves_the_study_on_localhost_and_stops(smoke, tmp_pa
         stderr=subprocess.PIPE,
         text=True,
     )
-    polling = threading.Event()
+    polling, answered = threading.Event(), []
 
     def poll() -> None:  # as the dashboard's page does, only faster
         while polling.is_set():
-            with contextlib.suppress(OSError):
-                urllib.request.urlopen(url, timeout=2).read()
+            with (
+                contextlib.suppress(OSError, http.client.HTTPException),
+                urllib.request.urlopen(url, timeout=2) as response,
+            ):
+                answered.append(response.status)
 
     pollers = [threading.Thread(target=poll) for _ in range(3)]
+    idle = None
     try:
         deadline, body = time.time() + 60, None
         while body is None and time.time() < deadline:
@@ -398,10 +404,14 @@ def test_dashboard_command_serves_the_study_on_localhost_and_stops(smoke, tmp_pa
                 time.sleep(0.3)
         assert body is not None, "the dashboard did not answer"
         assert [s["study_name"] for s in body["study_summaries"]] == ["smoke"]
+        idle = socket.create_connection(("127.0.0.1", port))  # connected, never asks
         polling.set()
         for poller in pollers:
             poller.start()
-        time.sleep(1.0)
+        deadline = time.time() + 30
+        while len(answered) < 10 and time.time() < deadline:
+            time.sleep(0.1)
+        assert len(answered) >= 10 and set(answered) == {200}
     finally:
         server.terminate()
         try:
@@ -411,8 +421,12 @@ def test_dashboard_command_serves_the_study_on_localhost_and_stops(smoke, tmp_pa
             for poller in pollers:
                 if poller.is_alive():
                     poller.join()
+            if idle is not None:
+                idle.close()
             if server.poll() is None:
                 server.kill()
-    assert code == 143, server.stderr.read()  # SIGTERM: a clean exit, the port free again
+                server.wait()
+    stderr = server.stderr.read()
+    assert code == 143 and "Traceback" not in stderr, stderr  # SIGTERM: a clean exit, the port free again
     with socket.socket() as s, pytest.raises(OSError):
         s.connect(("127.0.0.1", port))
