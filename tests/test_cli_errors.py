@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import optuna
 import pytest
-from helpers import CORPUS, LAUNCH_STUDY, SMOKE, cli_in_process, launch
+from helpers import CORPUS, SMOKE, cli_in_process, launch
 
 
 def study_file(tmp_path: Path, text: str | None = None, **replace: str) -> Path:
@@ -395,15 +396,11 @@ def test_weights_of_another_model_are_refused_not_replaced_by_random_ones(tmp_pa
 
 
 def test_a_dashboard_port_already_taken_or_out_of_range_is_one_line(tmp_path):
-    import socket
-    import subprocess
-
     url = f"sqlite:///{tmp_path}/s.db"
     optuna.create_study(study_name="s", storage=url, directions=["minimize", "minimize"])
 
-    def dashboard(port: int) -> subprocess.CompletedProcess:  # a process: were it to serve, it ends
-        command = [str(LAUNCH_STUDY), "dashboard", "--storage", url, "--port", str(port)]
-        return subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    def dashboard(port: int):  # a process: were it to serve, the timeout ends it
+        return launch("dashboard", "--storage", url, "--port", str(port), cwd=tmp_path, timeout=60)
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
