@@ -442,7 +442,7 @@ def report(per_seed: list[dict], budget_minutes: float, cpus_per_trial: float) -
         )
 
 
-def merge_seeds(saved: list[dict]) -> tuple[list[dict], float]:
+def merge_seeds(saved: list[dict], budget_minutes: float = math.inf) -> tuple[list[dict], float]:
     """Saved runs as one, and the budget in minutes they are compared at: the arms of runs of
     the same seed side by side (from the same dense control, which is checked), the seeds in
     order.
@@ -454,9 +454,11 @@ def merge_seeds(saved: list[dict]) -> tuple[list[dict], float]:
     other arms of a 28-minute comparison on a 45-minute budget). Every arm is then cut to the
     smallest budget among the runs, by the rule a run ends by (a trial starts while the CPU time
     spent is under the budget), so that arms whose budgets came out a little apart (one dense
-    trial is a noisy yardstick of a machine's speed) still compare at equal compute."""
+    trial is a noisy yardstick of a machine's speed) still compare at equal compute; at
+    ``budget_minutes`` where that is smaller (a subset of the runs compared at the budget of a
+    larger merge)."""
     by_seed: dict[int, dict] = {}
-    budget_s = math.inf  # the smallest, in the first run's seconds
+    budget_s = budget_minutes * 60  # the smallest, in the first run's seconds
     for run in saved:
         if run["cpus_per_trial"] != saved[0]["cpus_per_trial"]:
             raise SystemExit("--merge: the runs have different threads per trial")
@@ -490,7 +492,7 @@ def merge_seeds(saved: list[dict]) -> tuple[list[dict], float]:
             seed["arms"][arm] = within_budget(points, budget_s)
             if len(seed["arms"][arm]) < len(points):
                 print(
-                    f"seed {seed['seed']}: {arm} cut to the smallest budget, {budget_s / 60:.1f} CPU-min "
+                    f"seed {seed['seed']}: {arm} cut to {budget_s / 60:.1f} CPU-min "
                     f"({len(points) - len(seed['arms'][arm])} trials left out)",
                     flush=True,
                 )
@@ -537,7 +539,12 @@ def main() -> None:
     parser.add_argument(
         "--seed-list", help="these seeds instead, e.g. 2 (one process per seed, side by side)"
     )
-    parser.add_argument("--budget-minutes", type=float, default=25.0, help="trial CPU time per arm and seed")
+    parser.add_argument(
+        "--budget-minutes",
+        type=float,
+        help="trial CPU time per arm and seed (default 25); with --merge, cut every arm to it where "
+        "the runs' smallest budget is larger",
+    )
     parser.add_argument("--arms", default=",".join(ARMS))
     parser.add_argument(
         "--l0-lambda",
@@ -559,7 +566,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.merge:
         saved = [read_saved(parser, path) for path in args.merge]
-        merged, budget_minutes = merge_seeds(saved)
+        merged, budget_minutes = merge_seeds(saved, args.budget_minutes or math.inf)
         report(merged, budget_minutes, saved[0]["cpus_per_trial"])
         return
     if not 0 < args.l0_lambda[0] < args.l0_lambda[1]:
@@ -576,6 +583,7 @@ def main() -> None:
     corpus, model_cfg = prepare_inputs(cfg)
     checkpoint = study_dense_checkpoint(cfg, corpus, model_cfg, artifacts)
     torch.set_num_threads(max(1, int(cfg.study.cpus_per_trial)))
+    args.budget_minutes = args.budget_minutes or 25.0
     budget_s = args.budget_minutes * 60
     inputs, lambdas = (corpus, checkpoint), tuple(args.l0_lambda)
     per_seed = [run_seed(cfg, seed, arms, budget_s, artifacts, inputs, lambdas) for seed in seeds]

@@ -20,6 +20,7 @@ class _Parser(argparse.ArgumentParser):
 
 EXAMPLES = {
     "run": "launch-study run studies/tinyshakespeare.toml --n-trials 30 --set trial.prune_steps=150",
+    "replicate": "launch-study replicate studies/tinyshakespeare.toml --seeds 2",
     "export": "launch-study export --study-name tinyshakespeare --format json > front.json",
     "status": "launch-study status --study-name tinyshakespeare",
     "export-model": "launch-study export-model --study-name tinyshakespeare --trial 12 --output model12",
@@ -53,31 +54,25 @@ def _build_parser() -> argparse.ArgumentParser:
     run = command("run", "run (or resume) a study from a TOML file")
     run.add_argument("study_file", type=Path, help="the study file, e.g. studies/tinyshakespeare.toml")
     run.add_argument(
-        "--storage", help="database URL (default: $HEADPRUNE_STORAGE, else sqlite:///runs/<study>.db)"
-    )
-    run.add_argument("--study-name", help="default: [study] name")
-    run.add_argument(
         "--n-trials", type=int, help="finished trials (COMPLETE or stopped early) the study should end with"
     )
-    run.add_argument("--max-concurrent", type=int, help="trials running at once")
-    run.add_argument(
-        "--artifacts",
-        type=Path,
-        default=Path("runs/artifacts"),
-        help="dense checkpoints and Ray's experiment folder (default: runs/artifacts)",
+    _trial_run_arguments(run)
+
+    replicate = command(
+        "replicate",
+        "train each point of a study's front again with other seeds; the Pareto CSV then gives "
+        "each point's mean and range over its seeds",
     )
-    run.add_argument("--output", type=Path, help="Pareto CSV (default: runs/<study>_pareto.csv)")
-    run.add_argument(
-        "--ray-address", help="attach to a running Ray cluster (default: $RAY_ADDRESS, else local)"
+    replicate.add_argument(
+        "study_file", type=Path, help="the study file (and --set values) the study ran with"
     )
-    run.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override a value of the study file, e.g. --set trial.prune_steps=100",
+    replicate.add_argument(
+        "--seeds",
+        type=int,
+        default=2,
+        help="seeds besides the study's own (default: 2); a rerun adds what is missing",
     )
+    _trial_run_arguments(replicate)
 
     export = command("export", "write the Pareto front (or every trial) as CSV or JSON")
     _study_arguments(export)
@@ -107,6 +102,33 @@ def _build_parser() -> argparse.ArgumentParser:
     dashboard.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1 only)")
     dashboard.add_argument("--port", type=int, default=8080, help="port (default: 8080)")
     return parser
+
+
+def _trial_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """What a command that runs trials on Ray Tune takes besides its study file (run, replicate)."""
+    parser.add_argument(
+        "--storage", help="database URL (default: $HEADPRUNE_STORAGE, else sqlite:///runs/<study>.db)"
+    )
+    parser.add_argument("--study-name", help="default: [study] name")
+    parser.add_argument("--max-concurrent", type=int, help="trials running at once")
+    parser.add_argument(
+        "--artifacts",
+        type=Path,
+        default=Path("runs/artifacts"),
+        help="dense checkpoints and Ray's experiment folder (default: runs/artifacts)",
+    )
+    parser.add_argument("--output", type=Path, help="Pareto CSV (default: runs/<study>_pareto.csv)")
+    parser.add_argument(
+        "--ray-address", help="attach to a running Ray cluster (default: $RAY_ADDRESS, else local)"
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a value of the study file, e.g. --set trial.prune_steps=100",
+    )
 
 
 def _study_arguments(parser: argparse.ArgumentParser) -> None:
@@ -161,6 +183,34 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _replicate(args: argparse.Namespace) -> int:
+    from orchestrator.config import load_study_config
+    from orchestrator.replicates import replicate_front
+    from orchestrator.runner import RunOptions
+
+    _positive("--seeds", args.seeds)
+    cfg = load_study_config(args.study_file, args.overrides)
+    opts = RunOptions.for_study(
+        cfg,
+        storage=args.storage,
+        study_name=args.study_name,
+        max_concurrent=_positive("--max-concurrent", args.max_concurrent),
+        artifacts=args.artifacts,
+        output=args.output,
+        ray_address=args.ray_address,
+    )
+    summary = replicate_front(cfg, opts, args.seeds)
+    print(summary.csv)
+    if summary.failed:  # not the user's mistake: what was recorded is in the CSV, a rerun retries
+        print(
+            f"launch-study: error: {len(summary.failed)} replicate(s) failed (a rerun tries them again); "
+            f"the first: {summary.failed[0]}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
 def _export(args: argparse.Namespace) -> int:
     from orchestrator.export import study_table, to_json, write_table
     from orchestrator.report import plot_front
@@ -184,9 +234,10 @@ def _export(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from orchestrator.report import format_status, study_status
+    from orchestrator.storage import read_replicates
 
-    _, study = _open_study(args)
-    print(format_status(study_status(study)))
+    store, study = _open_study(args)
+    print(format_status(study_status(study, read_replicates(store, study.study_name))))
     return 0
 
 
@@ -307,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         commands = {
             "run": _run,
+            "replicate": _replicate,
             "export": _export,
             "status": _status,
             "export-model": _export_model,

@@ -15,6 +15,7 @@ import json
 import math
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,9 @@ def train_on_worker(
     failure is reported as a result (type and message), so that Tune does not run it again; a
     transient one (``TRANSIENT_ERRORS``) is raised, and Tune retries it like a dead worker. The
     dense control reports no rungs: early stopping never stops it, so scoring it there would be
-    compute spent for nothing."""
+    compute spent for nothing. ``config["seed"]``, where given, replaces the study's (a
+    replicate: the same trial on other batches); without ``config["model_dir"]`` nothing is
+    saved."""
     import torch
 
     threads = setup.budget.threads or max(
@@ -87,11 +90,13 @@ def train_on_worker(
     torch.set_num_threads(threads)
     reporter = RungReporter()
     hparams = TrialHParams(**config["hparams"])
+    if "seed" in config:
+        setup = replace(setup, seed=int(config["seed"]))
     try:
         result = run_trial(
             setup,
             hparams,
-            save_dir=Path(config["model_dir"]),
+            save_dir=Path(config["model_dir"]) if config.get("model_dir") else None,
             resume_dirs=[Path(p) for p in config.get("resume_dirs", [])],
             rungs=() if hparams.method == "dense" else rungs,
             report_rung=reporter,

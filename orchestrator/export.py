@@ -1,21 +1,34 @@
-"""The Pareto CSV: the frontier table (or every COMPLETE trial), one column per hyperparameter."""
+"""The Pareto CSV: the frontier table (or every COMPLETE trial), each point's perplexity over
+its seeds (``launch-study replicate``), one column per hyperparameter."""
 
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import optuna
 import pandas as pd
 
 from orchestrator.errors import UserError
+from orchestrator.frontier import pareto_front
 from orchestrator.records import RESULT_COLUMNS, TrialRecord
-from orchestrator.storage import StudyStore, complete_trials, read_frontier
+from orchestrator.storage import StudyStore, complete_trials, read_frontier, read_replicates
+
+# Each point's validation perplexity over its seeds: the study's and its replicates'.
+SEED_COLUMNS = (
+    "seeds",
+    "val_perplexity_mean",
+    "val_perplexity_min",
+    "val_perplexity_max",
+    "on_front_by_mean",
+)
 
 
 def study_table(store: StudyStore, study: optuna.Study, everything: bool = False) -> pd.DataFrame:
-    """Rows of the frontier table (default) or of all COMPLETE trials, sorted by n_params; the
-    hyperparameters spread into ``params_<name>`` columns."""
+    """Rows of the frontier table (default) or of all COMPLETE trials, sorted by n_params, with
+    their perplexity over seeds (``seed_columns``); the hyperparameters spread into
+    ``params_<name>`` columns."""
     if everything:
         rows = [TrialRecord.from_trial(t).row() for t in complete_trials(study)]
     else:
@@ -24,8 +37,36 @@ def study_table(store: StudyStore, study: optuna.Study, everything: bool = False
         raise UserError(f"study {study.study_name!r} has no complete trial to export")
     frame = pd.DataFrame(rows)
     params = pd.DataFrame([json.loads(p) for p in frame["params"]]).add_prefix("params_")
-    frame = pd.concat([frame[list(RESULT_COLUMNS)], params], axis=1)
+    seeds = seed_columns(frame, read_replicates(store, study.study_name))
+    frame = pd.concat([frame[list(RESULT_COLUMNS)], seeds, params], axis=1)
     return frame.sort_values(["n_params", "val_perplexity", "trial_number"], ignore_index=True)
+
+
+def seed_columns(frame: pd.DataFrame, replicates: dict[int, dict[int, float]]) -> pd.DataFrame:
+    """Per row: how many seeds measured the point (1 until it is replicated), the mean, lowest and
+    highest of their perplexities, and whether the point is still non-dominated among the rows
+    when each is taken at its mean (a point on the front by its one seed's luck is not)."""
+    values = [
+        [ppl, *replicates.get(number, {}).values()]
+        for number, ppl in zip(frame["trial_number"], frame["val_perplexity"], strict=True)
+    ]
+    means = [statistics.fmean(v) for v in values]
+    kept = {
+        i
+        for i, _, _ in pareto_front(
+            list(zip(frame.index, means, frame["n_params"], strict=True)), key=lambda r: (r[1], r[2])
+        )
+    }
+    return pd.DataFrame(
+        {
+            "seeds": [len(v) for v in values],
+            "val_perplexity_mean": means,
+            "val_perplexity_min": [min(v) for v in values],
+            "val_perplexity_max": [max(v) for v in values],
+            "on_front_by_mean": [i in kept for i in frame.index],
+        },
+        index=frame.index,
+    )
 
 
 def write_table(frame: pd.DataFrame, output: Path, fmt: str = "csv") -> Path:

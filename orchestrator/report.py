@@ -47,6 +47,46 @@ class StudyStatus:
     saved_steps: int = 0  # fine-tuning steps the stopped trials did not take
     stopped_budget_steps: int = 0  # fine-tuning steps they would have taken
     last_failure: tuple[int, str] | None = None  # (trial number, "Type: message")
+    seed_spread: SeedSpread | None = None  # the front's replicates (launch-study replicate)
+
+
+@dataclass
+class SeedSpread:
+    """How much the front's points move from one seed to another (``launch-study replicate``)."""
+
+    points: int  # front points measured at more than one seed
+    seeds: int  # the most seeds any of them was measured at
+    median_range: float  # a point's highest perplexity over its lowest, minus 1: the median point's
+    widest: tuple[float, int]  # the same for the point that moves most, and its trial number
+    off_front: list[int]  # trials that are not on the front when each point is taken at its mean
+
+
+def seed_spread(front: list[FrozenTrial], replicates: dict[int, dict[int, float]]) -> SeedSpread | None:
+    """The front's spread over seeds, or None while none of its points was replicated."""
+    import pandas as pd
+
+    from orchestrator.export import seed_columns
+
+    frame = pd.DataFrame(
+        {
+            "trial_number": [t.number for t in front],
+            "val_perplexity": [t.values[0] for t in front],
+            "n_params": [t.values[1] for t in front],
+        }
+    )
+    columns = seed_columns(frame, replicates)
+    measured = columns["seeds"] > 1
+    if not measured.any():
+        return None
+    ranges = (columns["val_perplexity_max"] / columns["val_perplexity_min"] - 1)[measured]
+    widest = ranges.idxmax()
+    return SeedSpread(
+        points=int(measured.sum()),
+        seeds=int(columns["seeds"].max()),
+        median_range=float(ranges.median()),
+        widest=(float(ranges[widest]), int(frame["trial_number"][widest])),
+        off_front=[int(n) for n in frame["trial_number"][~columns["on_front_by_mean"]]],
+    )
 
 
 def _in_band(sparsity: float, low: float, high: float) -> bool:
@@ -54,7 +94,7 @@ def _in_band(sparsity: float, low: float, high: float) -> bool:
     return sparsity == low if low == high else low < sparsity <= high
 
 
-def study_status(study: optuna.Study) -> StudyStatus:
+def study_status(study: optuna.Study, replicates: dict[int, dict[int, float]] | None = None) -> StudyStatus:
     trials = study.get_trials(deepcopy=False)
     states: dict[str, int] = {}
     for t in trials:
@@ -104,6 +144,7 @@ def study_status(study: optuna.Study) -> StudyStatus:
         saved_steps=sum(t.user_attrs.get("saved_steps", 0) for t in stopped),
         stopped_budget_steps=sum(t.user_attrs.get("finetune_steps", 0) for t in stopped),
         last_failure=last_failure(trials),
+        seed_spread=seed_spread(front, replicates or {}),
     )
 
 
@@ -133,6 +174,14 @@ def format_status(status: StudyStatus) -> str:
         lines.append(
             f"  stopped early: {status.stopped_early} trials (PRUNED), {status.saved_steps:,} fine-tuning "
             f"steps saved ({share:.0%} of theirs)"
+        )
+    spread = status.seed_spread
+    if spread:
+        off = f"; off the front by their mean: trials {spread.off_front}" if spread.off_front else ""
+        lines.append(f"  replicated: {spread.points} of the front's points, up to {spread.seeds} seeds each")
+        lines.append(
+            f"  spread over seeds (highest / lowest perplexity - 1): {spread.median_range:.1%} at the "
+            f"median point, {spread.widest[0]:.1%} at most (trial {spread.widest[1]}){off}"
         )
     for band, ppl, number, bpb in status.best_by_band:
         bits = f", {bpb:.4f} bits/byte" if bpb is not None else ""

@@ -6,6 +6,7 @@ import contextlib
 import math
 import os
 import signal
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -423,19 +424,32 @@ def _scheduler(cfg: StudyConfig, study: optuna.Study, n_rungs: int, rung_tokens:
     return ParetoHalvingScheduler(halving)
 
 
-def _search(cfg: StudyConfig, opts: RunOptions, driver: StudyDriver, setup: TrialSetup) -> None:
+@contextlib.contextmanager
+def ray_session(opts: RunOptions, cpus_per_trial: float) -> Iterator[None]:
+    """Ray for one run of trials: the cluster ``opts.ray_address`` names, else a local instance
+    with the CPUs of ``max_concurrent`` trials, shut down after; a notebook's own Ray (already
+    initialised) is used as it is and left running."""
     import ray
-    from ray import tune
 
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # our own progress lines, not Tune's tables
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # no TensorBoard/CSV files
-    cpus = cfg.study.cpus_per_trial
-    local = {} if opts.ray_address else {"num_cpus": max(1, math.ceil(cpus * opts.max_concurrent))}
-    joined = ray.is_initialized()  # a notebook's own Ray: used as it is, and left running
+    local = {} if opts.ray_address else {"num_cpus": max(1, math.ceil(cpus_per_trial * opts.max_concurrent))}
+    joined = ray.is_initialized()
     if not joined:
         with keep_sigterm_handler():
             _init_ray(opts, local)
     try:
+        yield
+    finally:
+        if not joined:
+            ray.shutdown()
+
+
+def _search(cfg: StudyConfig, opts: RunOptions, driver: StudyDriver, setup: TrialSetup) -> None:
+    from ray import tune
+
+    cpus = cfg.study.cpus_per_trial
+    with ray_session(opts, cpus):
         rungs = tuple(cfg.early_stopping.rungs())
         trainable = tune.with_resources(
             tune.with_parameters(
@@ -469,9 +483,6 @@ def _search(cfg: StudyConfig, opts: RunOptions, driver: StudyDriver, setup: Tria
         os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # ours (interrupts.py) winds the run down
         with wind_down(driver.interrupt):
             tuner.fit()
-    finally:
-        if not joined:
-            ray.shutdown()
 
 
 def _init_ray(opts: RunOptions, local: dict) -> None:

@@ -1,8 +1,9 @@
 """Everything that touches the database: Optuna's RDB storage and this project's own tables.
 
 One database holds a study: Optuna's tables (trials, values, attributes; what optuna-dashboard
-reads) and ``pareto_frontier``, which this module keeps equal to the non-dominated set of the
-study's COMPLETE trials.
+reads), ``pareto_frontier``, which this module keeps equal to the non-dominated set of the
+study's COMPLETE trials, and ``trial_replicates``, the front's points trained again with other
+seeds (``launch-study replicate``).
 """
 
 from __future__ import annotations
@@ -69,6 +70,21 @@ class StudyLease(Base):
     owner: Mapped[str] = mapped_column(sa.String(256))
     heartbeat_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True))
     ttl_seconds: Mapped[float | None] = mapped_column(sa.Float, nullable=True)  # None: rows of 0.1
+
+
+class Replicate(Base):
+    """One point of the front trained again with another seed (``launch-study replicate``): the
+    trial's hyperparameters, other batches. Rows of a trial stay when it leaves the front."""
+
+    __tablename__ = "trial_replicates"
+
+    study_name: Mapped[str] = mapped_column(sa.String(512), primary_key=True)
+    trial_number: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    seed: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    val_perplexity: Mapped[float] = mapped_column(sa.Float(precision=53))
+    n_params: Mapped[int] = mapped_column(sa.BigInteger)
+    cpu_seconds: Mapped[float] = mapped_column(sa.Float(precision=53))
+    recorded_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True))
 
 
 FRONTIER_COLUMNS = (*RESULT_COLUMNS, "params", "updated_at")
@@ -174,9 +190,16 @@ def open_store(url: str, create: bool = True) -> StudyStore:
         storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=True)
         return StudyStore(url, storage, engine)
     storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
-    Base.metadata.create_all(engine)  # idempotent
-    _add_missing_columns(engine)
-    return StudyStore(url, storage, engine)
+    store = StudyStore(url, storage, engine)
+    create_own_tables(store)
+    return store
+
+
+def create_own_tables(store: StudyStore) -> None:
+    """This project's tables, and the columns added since an earlier version: idempotent. For a
+    store opened with ``create=False``, once what it is for has been checked."""
+    Base.metadata.create_all(store.engine)
+    _add_missing_columns(store.engine)
 
 
 # Columns added since the first version: (table, column, SQL type). create_all makes missing
@@ -272,6 +295,41 @@ def read_frontier(store: StudyStore, study_name: str) -> list[dict[str, Any]]:
             .order_by(ParetoPoint.n_params, ParetoPoint.val_perplexity, ParetoPoint.trial_number)
         ).all()
         return [{c: getattr(p, c) for c in FRONTIER_COLUMNS} for p in points]
+
+
+def record_replicate(
+    store: StudyStore,
+    study_name: str,
+    trial_number: int,
+    seed: int,
+    val_perplexity: float,
+    n_params: int,
+    cpu_seconds: float,
+) -> None:
+    """Keep one replicate's result (a replicate run again replaces its row)."""
+    row = Replicate(
+        study_name=study_name,
+        trial_number=trial_number,
+        seed=seed,
+        val_perplexity=val_perplexity,
+        n_params=n_params,
+        cpu_seconds=cpu_seconds,
+        recorded_at=datetime.now(UTC),
+    )
+    with Session(store.engine) as session, session.begin():
+        session.merge(row)
+
+
+def read_replicates(store: StudyStore, study_name: str) -> dict[int, dict[int, float]]:
+    """trial number -> seed -> validation perplexity, of every replicate the study has (none in
+    a database of an earlier version, which has no such table)."""
+    if not sa.inspect(store.engine).has_table(Replicate.__tablename__):
+        return {}
+    found: dict[int, dict[int, float]] = {}
+    with Session(store.engine) as session:
+        for row in session.scalars(sa.select(Replicate).where(Replicate.study_name == study_name)):
+            found.setdefault(row.trial_number, {})[row.seed] = row.val_perplexity
+    return found
 
 
 def fail_and_ask_again(store: StudyStore, study: optuna.Study, trials: list[FrozenTrial], why: str) -> None:

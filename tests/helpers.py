@@ -77,15 +77,16 @@ def server_url(kind: str) -> str:
 
 
 def drop_study(url: str, name: str) -> None:
-    """Remove a test's study from a shared server: Optuna's rows, the frontier, the lease."""
+    """Remove a test's study from a shared server: Optuna's rows, the frontier, the lease, the
+    replicates."""
     import sqlalchemy as sa
 
-    from orchestrator.storage import ParetoPoint, StudyLease, open_store
+    from orchestrator.storage import ParetoPoint, Replicate, StudyLease, open_store
 
     store = open_store(url)
     with store.engine.begin() as conn:
-        conn.execute(sa.delete(ParetoPoint.__table__).where(ParetoPoint.study_name == name))
-        conn.execute(sa.delete(StudyLease.__table__).where(StudyLease.study_name == name))
+        for table in (ParetoPoint, StudyLease, Replicate):
+            conn.execute(sa.delete(table.__table__).where(table.study_name == name))
     with contextlib.suppress(KeyError):  # the test failed before creating it
         optuna.delete_study(study_name=name, storage=store.storage)
 

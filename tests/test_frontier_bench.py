@@ -99,6 +99,19 @@ def test_arms_are_cut_to_the_smallest_budget_as_a_run_would_end() -> None:
     assert len(seed["arms"]["random"]) == 2
 
 
+def test_a_merge_cuts_every_arm_to_a_budget_given_below_the_runs() -> None:
+    """``--merge ... --budget-minutes 1.5``: a subset of the runs at a larger merge's budget."""
+    here = saved_run(
+        3.0, 40.0, "searched", [trial(4.4, 700, 40.0), trial(4.2, 800, 40.0), trial(5.0, 500, 40.0)]
+    )
+    (seed,), budget_minutes = merge_seeds([here], budget_minutes=1.5)
+    assert budget_minutes == 1.5
+    # Spent before each: 0, 40, 80: the trial started at 80 s (< 90) is kept, the one at 120 s is not.
+    assert seed["arms"]["searched"] == here["seeds"][0]["arms"]["searched"][:3]
+    ((seed,), budget_minutes) = merge_seeds([here], budget_minutes=10.0)  # above the runs': theirs
+    assert budget_minutes == 3.0 and len(seed["arms"]["searched"]) == 4
+
+
 def test_runs_of_different_dense_controls_do_not_merge() -> None:
     here = saved_run(28.0, 40.0, "searched", [])
     other = saved_run(28.0, 40.0, "random", [])

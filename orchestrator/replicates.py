@@ -1,0 +1,266 @@
+"""``launch-study replicate``: the front's points trained again with other seeds.
+
+Every trial of a study draws the same batches (``TrialSetup.seed``), so that trials differ by
+their hyperparameters only, and each point of the front is one draw. On the default study one
+point's perplexity moves by 0.3-5% from one seed to another, about as much as the methods differ
+at a size (BENCHMARKS.md, seed noise): a front of one seed per point is partly luck. This trains
+each point of the frontier table again at the study's seed + 1, ..., + K, on Ray Tune like the
+study's trials, records each result in ``trial_replicates`` as it finishes (a run that is stopped
+resumes where it was), and rewrites the Pareto CSV, which then gives each point's mean and range
+over its seeds and whether it stays on the front by its mean (``export.seed_columns``).
+
+It changes nothing of the Optuna study: replicates are not trials, the sampler never sees them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from ray.tune import Callback
+
+from orchestrator.config import StudyConfig
+from orchestrator.errors import UserError
+from orchestrator.execution import ERROR_KEY, RESULT_KEY, RunStopper, error_line, train_on_worker
+from orchestrator.export import study_table, write_table
+from orchestrator.interrupts import Interrupted, wind_down
+from orchestrator.progress import say
+from orchestrator.records import TrialRecord
+from orchestrator.runner import (
+    RunOptions,
+    preflight,
+    prepare_inputs,
+    ray_session,
+    study_dense_checkpoint,
+)
+from orchestrator.storage import (
+    StudyStore,
+    create_own_tables,
+    hold_lease,
+    load_existing_study,
+    open_store,
+    read_frontier,
+    read_replicates,
+    record_replicate,
+)
+from trainers.trial import TrialSetup
+
+# The study file's sections that decide what a trial trains and how it is scored: a replicate
+# run from a file that differs in one of them would not measure the same point.
+TRIAL_SECTIONS = ("corpus", "model", "pretrain", "trial")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One replicate: a front point's hyperparameters at another seed."""
+
+    trial_number: int
+    seed: int
+    hparams: dict[str, Any]
+    study_perplexity: float  # the point's own, at the study's seed
+
+
+def replicate_seeds(study_seed: int, n_seeds: int) -> list[int]:
+    """The seeds after the study's own: ``n_seeds`` of them."""
+    return [study_seed + k for k in range(1, n_seeds + 1)]
+
+
+def plan(points: list[dict], done: dict[int, dict[int, float]], seeds: list[int]) -> list[Job]:
+    """The replicates still to run: each point (a frontier row) at each seed it has no result
+    for yet, seed by seed (a run stopped half-way has whole seeds of the front)."""
+    return [
+        Job(row["trial_number"], seed, json.loads(row["params"]), row["val_perplexity"])
+        for seed in seeds
+        for row in points
+        if seed not in done.get(row["trial_number"], {})
+    ]
+
+
+def points_to_replicate(study: optuna.Study, front: list[dict]) -> list[dict]:
+    """The front's rows, and the dense control's where it is not on the front: every ratio to
+    dense is read at the same seed (the same batches), so the reference is replicated too."""
+    known = {row["trial_number"] for row in front}
+    control = [
+        TrialRecord.from_trial(t).row()
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        if t.user_attrs.get("dense_control") and t.number not in known
+    ]
+    return [*front, *control]
+
+
+def check_same_setup(stored: dict, given: dict, study_name: str) -> None:
+    """The study file (with its --set values) trains and scores trials as the study did: every
+    key of ``TRIAL_SECTIONS`` and ``[study] seed`` equal to the configuration the study stored."""
+
+    def value(raw: dict, section: str, key: str) -> Any:
+        return raw.get(section, {}).get(key, "(not set)")
+
+    keys = [
+        (section, key)
+        for section in TRIAL_SECTIONS
+        for key in {**stored.get(section, {}), **given.get(section, {})}
+    ]
+    for section, key in [*keys, ("study", "seed")]:
+        here, there = value(given, section, key), value(stored, section, key)
+        if here != there:
+            raise UserError(
+                f"[{section}] {key} is {here!r} here but {there!r} in the run of study "
+                f"{study_name!r}: replicate with the study file (and --set values) it ran with"
+            )
+
+
+class ReplicateRun:
+    """The replicates of one ``launch-study replicate``: records each as it finishes, and is
+    the driver ``RunStopper`` asks whether to stop (a signal, or the study's lease lost)."""
+
+    def __init__(self, store: StudyStore, study_name: str, jobs: list[Job], still_leased) -> None:
+        self.store, self.study_name, self.jobs = store, study_name, jobs
+        self.still_leased = still_leased
+        self.interrupted_by: int | None = None
+        self.recorded = 0
+        self.failed: list[str] = []
+
+    def interrupt(self, signum: int) -> None:
+        self.interrupted_by = signum
+
+    def finish(self, config: dict, result: dict | None, error: str | None) -> None:
+        job = config["job"]
+        where = f"trial {job['trial_number']} at seed {job['seed']}"
+        if result and RESULT_KEY in result:
+            outcome = json.loads(result[RESULT_KEY])
+            record_replicate(
+                self.store,
+                self.study_name,
+                job["trial_number"],
+                job["seed"],
+                outcome["val_perplexity"],
+                outcome["n_params"],
+                outcome["cpu_seconds"],
+            )
+            self.recorded += 1
+            say(
+                f"replicate {self.recorded}/{len(self.jobs)}: {where}: ppl {outcome['val_perplexity']:.3f} "
+                f"(at the study's seed: {job['study_perplexity']:.3f})"
+            )
+        elif self.interrupted_by is None and self.still_leased():
+            self.failed.append(f"{where}: {(result or {}).get(ERROR_KEY) or error or 'stopped'}")
+            say(f"replicate FAILED: {self.failed[-1]}")
+
+
+def replicate_on_worker(config: dict, setup: TrialSetup) -> None:
+    """The Tune trainable: one front point's trial at another seed (``train_on_worker``), no
+    rungs, no model saved (the replicate measures the point; its model is not exported)."""
+    job = config["job"]
+    train_on_worker({"hparams": job["hparams"], "seed": job["seed"]}, setup)
+
+
+@dataclass
+class ReplicateSummary:
+    csv: Path
+    ran: int  # replicates recorded by this run
+    failed: list[str]  # "trial N at seed S: why", of this run
+
+
+def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> ReplicateSummary:
+    """Train each point of the study's front at ``n_seeds`` more seeds (those it has no result
+    for yet) and write the Pareto CSV with the points' spread over seeds (what was recorded,
+    also when some replicates failed)."""
+    if n_seeds < 1:
+        raise UserError(f"--seeds must be at least 1, got {n_seeds}")
+    preflight(cfg, opts)
+    store = open_store(opts.storage_url, create=False)  # a study to replicate must exist
+    study = load_existing_study(store, opts.study_name)
+    stored = study.user_attrs.get("config")
+    if stored is None:  # a study of a version before the configuration was stored
+        say(f"study {opts.study_name!r} stored no configuration: assuming it ran with this study file")
+    else:
+        check_same_setup(stored, cfg.raw, opts.study_name)
+    front = read_frontier(store, opts.study_name)
+    if not front:
+        raise UserError(f"study {opts.study_name!r} has no front to replicate (no complete trial)")
+    create_own_tables(store)  # a database of an earlier version gains the replicates' table
+    with hold_lease(store, opts.study_name, cfg.study.lease_seconds) as lease:
+        if lease.takeover:
+            say(lease.takeover.describe())
+        seeds = replicate_seeds(cfg.study.seed, n_seeds)
+        points = points_to_replicate(study, front)
+        jobs = plan(points, read_replicates(store, opts.study_name), seeds)
+        control = " and the dense control" if len(points) > len(front) else ""
+        say(
+            f"study {opts.study_name!r} in {store.safe_url}: {len(front)} points on the front{control}, "
+            f"seeds {seeds}: {len(jobs)} replicates to run"
+        )
+        run = _run_jobs(cfg, opts, store, study, jobs, lease) if jobs else None
+        lease.check()
+    csv = write_table(study_table(store, study), opts.output_csv)
+    say(f"Pareto front with each point's spread over {n_seeds + 1} seeds -> {csv}")
+    return ReplicateSummary(csv, run.recorded if run else 0, run.failed if run else [])
+
+
+def _run_jobs(
+    cfg: StudyConfig, opts: RunOptions, store: StudyStore, study: optuna.Study, jobs: list[Job], lease
+) -> ReplicateRun:
+    from ray import tune
+
+    corpus, model_cfg = prepare_inputs(cfg, cache_dir=opts.artifacts / "cache")
+    dense = study_dense_checkpoint(cfg, corpus, model_cfg, opts.artifacts)
+    pruned_from = study.user_attrs.get("dense_val_perplexity")
+    if pruned_from is not None and not math.isclose(dense.val_perplexity, pruned_from, rel_tol=1e-6):
+        raise UserError(
+            f"the dense checkpoint here scores {dense.val_perplexity:.6f}, the one study "
+            f"{opts.study_name!r} pruned {pruned_from:.6f}: replicates would not measure its points"
+        )
+    run = ReplicateRun(store, opts.study_name, jobs, still_leased=lambda: not lease.lost.is_set())
+    setup = TrialSetup(corpus, dense, cfg.budget, cfg.study.seed)
+    with ray_session(opts, cfg.study.cpus_per_trial):
+        tuner = tune.Tuner(
+            tune.with_resources(
+                tune.with_parameters(replicate_on_worker, setup=setup),
+                {"cpu": cfg.study.cpus_per_trial, "gpu": cfg.study.gpus_per_trial},
+            ),
+            param_space={"job": tune.grid_search([vars(job) for job in jobs])},
+            tune_config=tune.TuneConfig(max_concurrent_trials=opts.max_concurrent, reuse_actors=True),
+            run_config=tune.RunConfig(
+                name=f"{opts.study_name}-replicates",
+                storage_path=str((opts.artifacts / "ray").resolve()),
+                callbacks=[ReplicateCallback(run)],
+                stop=RunStopper(run),
+                failure_config=tune.FailureConfig(max_failures=cfg.study.max_retries),
+                verbose=0,
+            ),
+        )
+        os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # ours (interrupts.py) winds the run down
+        with wind_down(run.interrupt):
+            tuner.fit()
+    if run.interrupted_by is not None:
+        raise Interrupted(
+            run.interrupted_by,
+            f"interrupted ({signal.Signals(run.interrupted_by).name}) with {run.recorded} of {len(jobs)} "
+            f"replicates recorded; resume with: {shlex.join(['launch-study', *sys.argv[1:]])}",
+        )
+    return run
+
+
+class ReplicateCallback(Callback):
+    """Tune's callback: each finished replicate to ``ReplicateRun.finish``. Dropped when
+    pickled (Tune saves its callbacks into the experiment folder), as the study's is."""
+
+    def __init__(self, run: ReplicateRun) -> None:
+        self.run: ReplicateRun | None = run
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.run.finish(trial.config, trial.last_result, None)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.run.finish(trial.config, None, error_line(trial.get_error()))
+
+    def __getstate__(self) -> dict:
+        return {"run": None}

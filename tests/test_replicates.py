@@ -1,0 +1,227 @@
+"""``launch-study replicate``: the front's points trained again at other seeds, recorded in the
+``trial_replicates`` table and shown in the Pareto CSV as each point's mean and range."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import uuid
+
+import optuna
+import pandas as pd
+import pytest
+from helpers import (
+    LAUNCH_STUDY,
+    SMOKE,
+    drop_study,
+    launch,
+    leftover_ray_processes,
+    ray_processes,
+    server_url,
+    start_own_session,
+)
+
+from orchestrator.errors import UserError
+from orchestrator.export import seed_columns
+from orchestrator.replicates import check_same_setup, plan, points_to_replicate, replicate_seeds
+from orchestrator.storage import open_store, read_frontier, read_replicates, record_replicate
+
+
+def front_row(number: int, **params) -> dict:
+    return {
+        "trial_number": number,
+        "val_perplexity": 5.0,
+        "params": json.dumps({"method": "importance", **params}),
+    }
+
+
+def test_the_plan_runs_each_front_point_at_each_seed_it_has_no_result_for():
+    front = [front_row(0), front_row(3, sparsity=0.5)]
+    done = {3: {1: 5.0}, 7: {1: 6.0, 2: 6.1}}  # trial 7 left the front: not run again
+    jobs = plan(front, done, replicate_seeds(0, 2))
+    assert [(j.trial_number, j.seed) for j in jobs] == [(0, 1), (0, 2), (3, 2)]
+    assert jobs[-1].hparams == {"method": "importance", "sparsity": 0.5}
+    assert replicate_seeds(5, 3) == [6, 7, 8]
+    assert plan(front, {0: {1: 1.0, 2: 1.0}, 3: {1: 1.0, 2: 1.0}}, [1, 2]) == []
+
+
+def test_a_study_file_that_trains_or_scores_otherwise_is_refused_by_key():
+    stored = {"study": {"seed": 0, "n_trials": 3}, "trial": {"prune_steps": 30, "eval_tokens": 2048}}
+    check_same_setup(stored, {**stored, "study": {"seed": 0, "n_trials": 40}}, "s")  # [study] n_trials: free
+    for given, fragment in (
+        (
+            {**stored, "trial": {"prune_steps": 50, "eval_tokens": 2048}},
+            "[trial] prune_steps is 50 here but 30",
+        ),
+        ({**stored, "trial": {"prune_steps": 30}}, "[trial] eval_tokens is '(not set)' here but 2048"),
+        ({**stored, "study": {"seed": 1}}, "[study] seed is 1 here but 0"),
+        ({**stored, "model": {"n_layer": 2}}, "[model] n_layer is 2 here"),
+    ):
+        with pytest.raises(UserError, match="replicate with the study file") as err:
+            check_same_setup(stored, given, "s")
+        assert fragment in str(err.value)
+
+
+def test_seed_columns_give_mean_range_and_whether_a_point_holds_on_its_mean():
+    frame = pd.DataFrame(
+        {"trial_number": [0, 4, 9], "val_perplexity": [5.0, 5.2, 5.6], "n_params": [100, 80, 60]}
+    )
+    # trial 4 was lucky: at its other seeds it is worse than trial 0, which is larger
+    columns = seed_columns(frame, {0: {1: 5.1, 2: 4.9}, 4: {1: 5.3, 2: 5.7}})
+    assert list(columns["seeds"]) == [3, 3, 1]
+    assert list(columns["val_perplexity_mean"]) == pytest.approx([5.0, 5.4, 5.6])
+    assert list(columns["val_perplexity_min"]) == [4.9, 5.2, 5.6]
+    assert list(columns["val_perplexity_max"]) == [5.1, 5.7, 5.6]
+    assert list(columns["on_front_by_mean"]) == [True, True, True]
+    columns = seed_columns(frame, {0: {1: 5.1, 2: 4.9}, 4: {1: 6.3, 2: 6.7}})  # mean 6.07 > trial 9's 5.6
+    assert list(columns["on_front_by_mean"]) == [True, False, True]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql", "mysql"])
+def test_replicates_are_kept_per_study_trial_and_seed(kind, tmp_path):
+    url = f"sqlite:///{tmp_path}/r.db" if kind == "sqlite" else server_url(kind)
+    store = open_store(url)
+    name, other = f"rep-{uuid.uuid4().hex[:8]}", f"rep-{uuid.uuid4().hex[:8]}"
+    try:
+        record_replicate(store, name, 3, 1, 5.25, 1000, 12.0)
+        record_replicate(store, name, 3, 2, 5.5, 1000, 12.5)
+        record_replicate(store, name, 3, 1, 5.125, 1000, 13.0)  # run again: replaces the row
+        record_replicate(store, other, 3, 1, 9.0, 1000, 1.0)
+        assert read_replicates(store, name) == {3: {1: 5.125, 2: 5.5}}
+        assert read_replicates(store, "no-such-study") == {}
+    finally:
+        for study_name in (name, other):
+            drop_study(url, study_name)
+
+
+@pytest.mark.slow
+def test_replicate_trains_the_front_again_resumes_and_leaves_the_study_alone(tmp_path):
+    """The smoke study, then its front at 1 more seed, then at 2 (only the new seed runs)."""
+    before = ray_processes()
+    run = launch("run", str(SMOKE), cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    store = open_store(f"sqlite:///{tmp_path}/runs/smoke.db", create=False)
+    trials_before = [
+        (t.number, t.state, t.values)
+        for t in optuna.load_study(study_name="smoke", storage=store.storage).trials
+    ]
+    front = read_frontier(store, "smoke")
+    points = points_to_replicate(optuna.load_study(study_name="smoke", storage=store.storage), front)
+
+    first = launch("replicate", str(SMOKE), "--seeds", "1", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert f"{len(points)} replicates to run" in first.stderr
+    replicates = read_replicates(store, "smoke")
+    assert sorted(replicates) == sorted(r["trial_number"] for r in points)
+    assert all(list(seeds) == [1] for seeds in replicates.values())
+    # another seed draws other batches: no point scores exactly as it did at the study's seed
+    by_number = {r["trial_number"]: r["val_perplexity"] for r in points}
+    assert all(replicates[n][1] != by_number[n] for n in replicates)
+
+    second = launch("replicate", str(SMOKE), "--seeds", "2", cwd=tmp_path)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"{len(points)} replicates to run" in second.stderr  # seed 2 only; seed 1 is kept
+    again = read_replicates(store, "smoke")
+    assert all(again[n][1] == replicates[n][1] and set(again[n]) == {1, 2} for n in again)
+
+    csv = pd.read_csv(tmp_path / "runs" / "smoke_pareto.csv")
+    assert list(csv["trial_number"]) == [r["trial_number"] for r in front]
+    assert list(csv["seeds"]) == [3] * len(front)
+    for row in csv.itertuples():
+        seen = [row.val_perplexity, *again[row.trial_number].values()]
+        assert row.val_perplexity_mean == pytest.approx(sum(seen) / 3)
+        assert (row.val_perplexity_min, row.val_perplexity_max) == (min(seen), max(seen))
+
+    study = optuna.load_study(study_name="smoke", storage=store.storage)
+    assert [(t.number, t.state, t.values) for t in study.trials] == trials_before  # no trial added or told
+    status = launch("status", "--study-name", "smoke", cwd=tmp_path)
+    assert f"replicated: {len(front)} of the front's points, up to 3 seeds each" in status.stdout
+    assert "spread over seeds" in status.stdout
+    assert not leftover_ray_processes(before)
+
+
+def test_replicate_refuses_bad_input_before_writing(tmp_path):
+    from test_cli_errors import assert_user_error, study_file
+
+    path = study_file(tmp_path)
+    missing = launch("replicate", str(path), cwd=tmp_path)
+    assert_user_error(missing, "no database at runs/smoke.db")
+    assert not (tmp_path / "runs").exists()
+    assert_user_error(
+        launch("replicate", str(path), "--seeds", "0", cwd=tmp_path), "--seeds must be at least 1"
+    )
+
+
+def test_the_dense_control_is_replicated_also_when_the_front_leaves_it_out():
+    study = optuna.create_study(directions=["minimize", "minimize"])
+    for ppl, params, control in [(5.0, 100, True), (4.9, 100, False), (5.3, 60, False)]:
+        trial = study.ask()
+        for key, value in {
+            "n_params_nonembed": params - 10,
+            "sparsity": 0.0 if control else 0.5,
+            "heads_per_layer": [2, 2],
+            "method": "dense" if control else "importance",
+            "hparams": {"method": "dense" if control else "importance"},
+            "dense_control": control,
+        }.items():
+            trial.set_user_attr(key, value)
+        study.tell(trial, [ppl, params])
+    front = [
+        {"trial_number": n, "val_perplexity": v, "params": json.dumps({"method": "importance"})}
+        for n, v in ((1, 4.9), (2, 5.3))
+    ]  # trial 1 (as large, lower perplexity) dominates the control
+    points = points_to_replicate(study, front)
+    assert [p["trial_number"] for p in points] == [1, 2, 0]
+    assert json.loads(points[-1]["params"]) == {"method": "dense"}
+
+
+@pytest.mark.slow
+def test_a_signal_stops_replicates_keeping_those_done_and_the_same_command_finishes(tmp_path):
+    from test_resume import stop, wait_for
+
+    slower = ["--set", "trial.finetune_steps=300"]
+    before = ray_processes()
+    run = launch("run", str(SMOKE), *slower, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    log = tmp_path / "replicate.log"
+    with open(log, "w") as stderr:
+        proc = start_own_session(
+            [str(LAUNCH_STUDY), "replicate", str(SMOKE), "--seeds", "2", *slower],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    try:
+        wait_for(log, r"replicate 1/", proc)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=120)
+        leftover = leftover_ray_processes(before)
+    finally:
+        stop(proc, before)
+    text = log.read_text()
+    assert code == 143, text[-3000:]
+    last = text.strip().splitlines()[-1]
+    assert "interrupted (SIGTERM)" in last and "resume with: launch-study replicate" in last, text[-3000:]
+    assert "Traceback" not in text and leftover == {}
+    store = open_store(f"sqlite:///{tmp_path}/runs/smoke.db", create=False)
+    kept = read_replicates(store, "smoke")
+    n_kept = sum(len(seeds) for seeds in kept.values())
+    total = 2 * len(
+        points_to_replicate(
+            optuna.load_study(study_name="smoke", storage=store.storage), read_frontier(store, "smoke")
+        )
+    )
+    assert 1 <= n_kept < total
+
+    again = launch("replicate", str(SMOKE), "--seeds", "2", *slower, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"{total - n_kept} replicates to run" in again.stderr
+    done = read_replicates(store, "smoke")
+    assert sum(len(seeds) for seeds in done.values()) == total
+    assert all(
+        done[n][s] == ppl for n, seeds in kept.items() for s, ppl in seeds.items()
+    )  # kept as they were
+    assert leftover_ray_processes(before) == {}
