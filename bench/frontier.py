@@ -564,9 +564,13 @@ def main() -> None:
     )
     parser.add_argument("--merge", type=Path, nargs="+", help="report saved runs together; run nothing")
     args = parser.parse_args()
+    if args.budget_minutes is not None and not args.budget_minutes > 0:
+        parser.error(f"--budget-minutes must be above 0, got {args.budget_minutes}")
     if args.merge:
         saved = [read_saved(parser, path) for path in args.merge]
-        merged, budget_minutes = merge_seeds(saved, args.budget_minutes or math.inf)
+        merged, budget_minutes = merge_seeds(
+            saved, math.inf if args.budget_minutes is None else args.budget_minutes
+        )
         report(merged, budget_minutes, saved[0]["cpus_per_trial"])
         return
     if not 0 < args.l0_lambda[0] < args.l0_lambda[1]:
@@ -583,7 +587,8 @@ def main() -> None:
     corpus, model_cfg = prepare_inputs(cfg)
     checkpoint = study_dense_checkpoint(cfg, corpus, model_cfg, artifacts)
     torch.set_num_threads(max(1, int(cfg.study.cpus_per_trial)))
-    args.budget_minutes = args.budget_minutes or 25.0
+    if args.budget_minutes is None:
+        args.budget_minutes = 25.0
     budget_s = args.budget_minutes * 60
     inputs, lambdas = (corpus, checkpoint), tuple(args.l0_lambda)
     per_seed = [run_seed(cfg, seed, arms, budget_s, artifacts, inputs, lambdas) for seed in seeds]

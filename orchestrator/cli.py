@@ -233,11 +233,13 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from orchestrator.records import replicate_setup
     from orchestrator.report import format_status, study_status
     from orchestrator.storage import read_replicates
 
     store, study = _open_study(args)
-    print(format_status(study_status(study, read_replicates(store, study.study_name))))
+    replicates = read_replicates(store, study.study_name, replicate_setup(study))
+    print(format_status(study_status(study, replicates)))
     return 0
 
 

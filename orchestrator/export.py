@@ -12,8 +12,8 @@ import pandas as pd
 
 from orchestrator.errors import UserError
 from orchestrator.frontier import pareto_front
-from orchestrator.records import RESULT_COLUMNS, TrialRecord
-from orchestrator.storage import StudyStore, complete_trials, read_frontier, read_replicates
+from orchestrator.records import RESULT_COLUMNS, TrialRecord, replicate_setup
+from orchestrator.storage import ReplicateResult, StudyStore, complete_trials, read_frontier, read_replicates
 
 # Each point's validation perplexity over its seeds: the study's and its replicates'.
 SEED_COLUMNS = (
@@ -37,33 +37,38 @@ def study_table(store: StudyStore, study: optuna.Study, everything: bool = False
         raise UserError(f"study {study.study_name!r} has no complete trial to export")
     frame = pd.DataFrame(rows)
     params = pd.DataFrame([json.loads(p) for p in frame["params"]]).add_prefix("params_")
-    seeds = seed_columns(frame, read_replicates(store, study.study_name))
+    seeds = seed_columns(frame, read_replicates(store, study.study_name, replicate_setup(study)))
     frame = pd.concat([frame[list(RESULT_COLUMNS)], seeds, params], axis=1)
     return frame.sort_values(["n_params", "val_perplexity", "trial_number"], ignore_index=True)
 
 
-def seed_columns(frame: pd.DataFrame, replicates: dict[int, dict[int, float]]) -> pd.DataFrame:
+def seed_columns(frame: pd.DataFrame, replicates: dict[int, dict[int, ReplicateResult]]) -> pd.DataFrame:
     """Per row: how many seeds measured the point (1 until it is replicated), the mean, lowest and
     highest of their perplexities, and whether the point is still non-dominated among the rows
-    when each is taken at its mean (a point on the front by its one seed's luck is not)."""
+    when each is taken at its mean (a point on the front by its one seed's luck is not): None
+    unless every row has as many seeds, since a mean and one draw do not compare. A replicate
+    that kept another number of parameters (a method whose size is not fixed) is another model:
+    not counted."""
     values = [
-        [ppl, *replicates.get(number, {}).values()]
-        for number, ppl in zip(frame["trial_number"], frame["val_perplexity"], strict=True)
+        [ppl, *(r.val_perplexity for r in replicates.get(number, {}).values() if r.n_params == params)]
+        for number, ppl, params in zip(
+            frame["trial_number"], frame["val_perplexity"], frame["n_params"], strict=True
+        )
     ]
     means = [statistics.fmean(v) for v in values]
-    kept = {
-        i
-        for i, _, _ in pareto_front(
-            list(zip(frame.index, means, frame["n_params"], strict=True)), key=lambda r: (r[1], r[2])
-        )
-    }
+    counts = [len(v) for v in values]
+    on_front: list[bool | None] = [None] * len(values)
+    if len(set(counts)) == 1:
+        rows = list(zip(frame.index, means, frame["n_params"], strict=True))
+        kept = {i for i, _, _ in pareto_front(rows, key=lambda r: (r[1], r[2]))}
+        on_front = [i in kept for i in frame.index]
     return pd.DataFrame(
         {
-            "seeds": [len(v) for v in values],
+            "seeds": counts,
             "val_perplexity_mean": means,
             "val_perplexity_min": [min(v) for v in values],
             "val_perplexity_max": [max(v) for v in values],
-            "on_front_by_mean": [i in kept for i in frame.index],
+            "on_front_by_mean": pd.array(on_front, dtype="boolean"),
         },
         index=frame.index,
     )

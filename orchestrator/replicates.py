@@ -32,8 +32,8 @@ from orchestrator.errors import UserError
 from orchestrator.execution import ERROR_KEY, RESULT_KEY, RunStopper, error_line, train_on_worker
 from orchestrator.export import study_table, write_table
 from orchestrator.interrupts import Interrupted, wind_down
-from orchestrator.progress import say
-from orchestrator.records import TrialRecord
+from orchestrator.progress import PhaseProgress, say
+from orchestrator.records import TRIAL_SECTIONS, TrialRecord, replicate_setup
 from orchestrator.runner import (
     RunOptions,
     preflight,
@@ -42,6 +42,7 @@ from orchestrator.runner import (
     study_dense_checkpoint,
 )
 from orchestrator.storage import (
+    ReplicateResult,
     StudyStore,
     create_own_tables,
     hold_lease,
@@ -53,10 +54,6 @@ from orchestrator.storage import (
 )
 from trainers.trial import TrialSetup
 
-# The study file's sections that decide what a trial trains and how it is scored: a replicate
-# run from a file that differs in one of them would not measure the same point.
-TRIAL_SECTIONS = ("corpus", "model", "pretrain", "trial")
-
 
 @dataclass(frozen=True)
 class Job:
@@ -66,6 +63,7 @@ class Job:
     seed: int
     hparams: dict[str, Any]
     study_perplexity: float  # the point's own, at the study's seed
+    n_params: int  # the point's own
 
 
 def replicate_seeds(study_seed: int, n_seeds: int) -> list[int]:
@@ -73,11 +71,11 @@ def replicate_seeds(study_seed: int, n_seeds: int) -> list[int]:
     return [study_seed + k for k in range(1, n_seeds + 1)]
 
 
-def plan(points: list[dict], done: dict[int, dict[int, float]], seeds: list[int]) -> list[Job]:
+def plan(points: list[dict], done: dict[int, dict], seeds: list[int]) -> list[Job]:
     """The replicates still to run: each point (a frontier row) at each seed it has no result
     for yet, seed by seed (a run stopped half-way has whole seeds of the front)."""
     return [
-        Job(row["trial_number"], seed, json.loads(row["params"]), row["val_perplexity"])
+        Job(row["trial_number"], seed, json.loads(row["params"]), row["val_perplexity"], row["n_params"])
         for seed in seeds
         for row in points
         if seed not in done.get(row["trial_number"], {})
@@ -98,7 +96,8 @@ def points_to_replicate(study: optuna.Study, front: list[dict]) -> list[dict]:
 
 def check_same_setup(stored: dict, given: dict, study_name: str) -> None:
     """The study file (with its --set values) trains and scores trials as the study did: every
-    key of ``TRIAL_SECTIONS`` and ``[study] seed`` equal to the configuration the study stored."""
+    key of ``records.TRIAL_SECTIONS`` and ``[study] seed`` equal to the configuration the study
+    stored (a replicate from a file that differs in one would not measure the same point)."""
 
     def value(raw: dict, section: str, key: str) -> Any:
         return raw.get(section, {}).get(key, "(not set)")
@@ -121,8 +120,10 @@ class ReplicateRun:
     """The replicates of one ``launch-study replicate``: records each as it finishes, and is
     the driver ``RunStopper`` asks whether to stop (a signal, or the study's lease lost)."""
 
-    def __init__(self, store: StudyStore, study_name: str, jobs: list[Job], still_leased) -> None:
-        self.store, self.study_name, self.jobs = store, study_name, jobs
+    def __init__(
+        self, store: StudyStore, study_name: str, setup_key: str, jobs: list[Job], still_leased
+    ) -> None:
+        self.store, self.study_name, self.setup_key, self.jobs = store, study_name, setup_key, jobs
         self.still_leased = still_leased
         self.interrupted_by: int | None = None
         self.recorded = 0
@@ -132,26 +133,43 @@ class ReplicateRun:
         self.interrupted_by = signum
 
     def finish(self, config: dict, result: dict | None, error: str | None) -> None:
+        """Record a finished replicate; a failed one (or one whose perplexity is not finite: a
+        run that diverged) is counted and not recorded, so that a rerun tries it again. A driver
+        that lost the study's lease records nothing (the holder may be writing)."""
+        if not self.still_leased():
+            return
         job = config["job"]
         where = f"trial {job['trial_number']} at seed {job['seed']}"
-        if result and RESULT_KEY in result:
-            outcome = json.loads(result[RESULT_KEY])
+        outcome = json.loads(result[RESULT_KEY]) if result and RESULT_KEY in result else None
+        if outcome and math.isfinite(outcome["val_perplexity"]):
+            replicate = ReplicateResult(outcome["val_perplexity"], int(outcome["n_params"]))
             record_replicate(
                 self.store,
                 self.study_name,
                 job["trial_number"],
                 job["seed"],
-                outcome["val_perplexity"],
-                outcome["n_params"],
+                replicate,
                 outcome["cpu_seconds"],
+                self.setup_key,
             )
             self.recorded += 1
-            say(
-                f"replicate {self.recorded}/{len(self.jobs)}: {where}: ppl {outcome['val_perplexity']:.3f} "
-                f"(at the study's seed: {job['study_perplexity']:.3f})"
+            other_size = (
+                f"; kept {replicate.n_params:,} parameters where the point has {job['n_params']:,}: another "
+                "model, not counted in its mean"
+                if replicate.n_params != job["n_params"]
+                else ""
             )
-        elif self.interrupted_by is None and self.still_leased():
-            self.failed.append(f"{where}: {(result or {}).get(ERROR_KEY) or error or 'stopped'}")
+            say(
+                f"replicate {self.recorded}/{len(self.jobs)}: {where}: ppl {replicate.val_perplexity:.3f} "
+                f"(at the study's seed: {job['study_perplexity']:.3f}){other_size}"
+            )
+        elif self.interrupted_by is None:
+            why = (
+                f"perplexity {outcome['val_perplexity']}"
+                if outcome
+                else (result or {}).get(ERROR_KEY) or error
+            )
+            self.failed.append(f"{where}: {why or 'stopped'}")
             say(f"replicate FAILED: {self.failed[-1]}")
 
 
@@ -170,9 +188,14 @@ class ReplicateSummary:
 
 
 def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> ReplicateSummary:
-    """Train each point of the study's front at ``n_seeds`` more seeds (those it has no result
-    for yet) and write the Pareto CSV with the points' spread over seeds (what was recorded,
-    also when some replicates failed)."""
+    """Train each point of the study's front, and its dense control, at ``n_seeds`` more seeds
+    (those it has no result for yet) and write the Pareto CSV with the points' perplexity over
+    their seeds (what was recorded, also when some replicates failed).
+
+    Every check comes before the database is written: the study file against the study's, the
+    front, then (with replicates to run) the corpus and the dense checkpoint, which must be the
+    one the study pruned; only the corpus's caches and a checkpoint to rebuild are written
+    before that, as ``run`` writes them."""
     if n_seeds < 1:
         raise UserError(f"--seeds must be at least 1, got {n_seeds}")
     preflight(cfg, opts)
@@ -183,50 +206,69 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
         say(f"study {opts.study_name!r} stored no configuration: assuming it ran with this study file")
     else:
         check_same_setup(stored, cfg.raw, opts.study_name)
-    front = read_frontier(store, opts.study_name)
-    if not front:
-        raise UserError(f"study {opts.study_name!r} has no front to replicate (no complete trial)")
-    create_own_tables(store)  # a database of an earlier version gains the replicates' table
+    setup_key = replicate_setup(study)
+    seeds = replicate_seeds(cfg.study.seed, n_seeds)
+
+    def jobs_now() -> tuple[list[dict], list[Job]]:
+        front = read_frontier(store, opts.study_name)
+        if not front:
+            raise UserError(f"study {opts.study_name!r} has no front to replicate (no complete trial)")
+        return front, plan(
+            points_to_replicate(study, front), read_replicates(store, opts.study_name, setup_key), seeds
+        )
+
+    _, jobs = jobs_now()
+    trial_setup = _trial_setup(cfg, opts, study) if jobs else None
     with hold_lease(store, opts.study_name, cfg.study.lease_seconds) as lease:
         if lease.takeover:
             say(lease.takeover.describe())
-        seeds = replicate_seeds(cfg.study.seed, n_seeds)
-        points = points_to_replicate(study, front)
-        jobs = plan(points, read_replicates(store, opts.study_name), seeds)
-        control = " and the dense control" if len(points) > len(front) else ""
+        create_own_tables(store)  # a database of an earlier version gains the replicates' table
+        front, jobs = jobs_now()  # the front as it is now that no run can change it
+        control = (
+            " and the dense control"
+            if any(j.trial_number not in {r["trial_number"] for r in front} for j in jobs)
+            else ""
+        )
         say(
             f"study {opts.study_name!r} in {store.safe_url}: {len(front)} points on the front{control}, "
             f"seeds {seeds}: {len(jobs)} replicates to run"
         )
-        run = _run_jobs(cfg, opts, store, study, jobs, lease) if jobs else None
-        lease.check()
+        run = None
+        if jobs:
+            trial_setup = trial_setup or _trial_setup(cfg, opts, study)
+            run = ReplicateRun(
+                store, opts.study_name, setup_key, jobs, still_leased=lambda: not lease.lost.is_set()
+            )
+            _run_jobs(cfg, opts, trial_setup, run)
+        lease.check("the replicates still running (a rerun runs them)")
     csv = write_table(study_table(store, study), opts.output_csv)
-    say(f"Pareto front with each point's spread over {n_seeds + 1} seeds -> {csv}")
+    say(f"Pareto front with each point's perplexity over its seeds -> {csv}")
     return ReplicateSummary(csv, run.recorded if run else 0, run.failed if run else [])
 
 
-def _run_jobs(
-    cfg: StudyConfig, opts: RunOptions, store: StudyStore, study: optuna.Study, jobs: list[Job], lease
-) -> ReplicateRun:
-    from ray import tune
-
+def _trial_setup(cfg: StudyConfig, opts: RunOptions, study: optuna.Study) -> TrialSetup:
+    """What every replicate shares: the corpus and the dense checkpoint the study pruned."""
     corpus, model_cfg = prepare_inputs(cfg, cache_dir=opts.artifacts / "cache")
-    dense = study_dense_checkpoint(cfg, corpus, model_cfg, opts.artifacts)
+    dense = study_dense_checkpoint(cfg, corpus, model_cfg, opts.artifacts, progress=PhaseProgress())
     pruned_from = study.user_attrs.get("dense_val_perplexity")
     if pruned_from is not None and not math.isclose(dense.val_perplexity, pruned_from, rel_tol=1e-6):
         raise UserError(
             f"the dense checkpoint here scores {dense.val_perplexity:.6f}, the one study "
             f"{opts.study_name!r} pruned {pruned_from:.6f}: replicates would not measure its points"
         )
-    run = ReplicateRun(store, opts.study_name, jobs, still_leased=lambda: not lease.lost.is_set())
-    setup = TrialSetup(corpus, dense, cfg.budget, cfg.study.seed)
+    return TrialSetup(corpus, dense, cfg.budget, cfg.study.seed)
+
+
+def _run_jobs(cfg: StudyConfig, opts: RunOptions, setup: TrialSetup, run: ReplicateRun) -> None:
+    from ray import tune
+
     with ray_session(opts, cfg.study.cpus_per_trial):
         tuner = tune.Tuner(
             tune.with_resources(
                 tune.with_parameters(replicate_on_worker, setup=setup),
                 {"cpu": cfg.study.cpus_per_trial, "gpu": cfg.study.gpus_per_trial},
             ),
-            param_space={"job": tune.grid_search([vars(job) for job in jobs])},
+            param_space={"job": tune.grid_search([vars(job) for job in run.jobs])},
             tune_config=tune.TuneConfig(max_concurrent_trials=opts.max_concurrent, reuse_actors=True),
             run_config=tune.RunConfig(
                 name=f"{opts.study_name}-replicates",
@@ -243,10 +285,9 @@ def _run_jobs(
     if run.interrupted_by is not None:
         raise Interrupted(
             run.interrupted_by,
-            f"interrupted ({signal.Signals(run.interrupted_by).name}) with {run.recorded} of {len(jobs)} "
+            f"interrupted ({signal.Signals(run.interrupted_by).name}) with {run.recorded} of {len(run.jobs)} "
             f"replicates recorded; resume with: {shlex.join(['launch-study', *sys.argv[1:]])}",
         )
-    return run
 
 
 class ReplicateCallback(Callback):

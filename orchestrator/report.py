@@ -12,6 +12,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from orchestrator.frontier import hypervolume, pareto_front
 from orchestrator.records import TrialRecord
+from orchestrator.storage import ReplicateResult
 
 SPARSITY_BANDS = ((0.0, 0.0), (0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))
 
@@ -55,37 +56,52 @@ class SeedSpread:
     """How much the front's points move from one seed to another (``launch-study replicate``)."""
 
     points: int  # front points measured at more than one seed
-    seeds: int  # the most seeds any of them was measured at
+    seeds: tuple[int, int]  # the fewest and the most seeds of those points
     median_range: float  # a point's highest perplexity over its lowest, minus 1: the median point's
     widest: tuple[float, int]  # the same for the point that moves most, and its trial number
     off_front: list[int]  # trials that are not on the front when each point is taken at its mean
+    dense: tuple[int, float, float, float] | None  # the dense control: seeds, mean, lowest, highest
 
 
-def seed_spread(front: list[FrozenTrial], replicates: dict[int, dict[int, float]]) -> SeedSpread | None:
-    """The front's spread over seeds, or None while none of its points was replicated."""
+def seed_spread(
+    front: list[FrozenTrial], control: FrozenTrial | None, replicates: dict[int, dict[int, ReplicateResult]]
+) -> SeedSpread | None:
+    """The front's spread over seeds, and the dense control's, or None while none of the front's
+    points was replicated."""
     import pandas as pd
 
     from orchestrator.export import seed_columns
 
-    frame = pd.DataFrame(
-        {
-            "trial_number": [t.number for t in front],
-            "val_perplexity": [t.values[0] for t in front],
-            "n_params": [t.values[1] for t in front],
-        }
-    )
-    columns = seed_columns(frame, replicates)
-    measured = columns["seeds"] > 1
+    def columns(trials: list[FrozenTrial]) -> tuple[pd.DataFrame, pd.DataFrame]:
+        frame = pd.DataFrame(
+            {
+                "trial_number": [t.number for t in trials],
+                "val_perplexity": [t.values[0] for t in trials],
+                "n_params": [t.values[1] for t in trials],
+            }
+        )
+        return frame, seed_columns(frame, replicates)
+
+    frame, seeds = columns(front)
+    measured = seeds["seeds"] > 1
     if not measured.any():
         return None
-    ranges = (columns["val_perplexity_max"] / columns["val_perplexity_min"] - 1)[measured]
+    ranges = (seeds["val_perplexity_max"] / seeds["val_perplexity_min"] - 1)[measured]
     widest = ranges.idxmax()
+    dense = None
+    if control is not None:
+        _, row = columns([control])
+        if row["seeds"][0] > 1:
+            dense = tuple(
+                row.loc[0, ["seeds", "val_perplexity_mean", "val_perplexity_min", "val_perplexity_max"]]
+            )
     return SeedSpread(
         points=int(measured.sum()),
-        seeds=int(columns["seeds"].max()),
+        seeds=(int(seeds["seeds"][measured].min()), int(seeds["seeds"].max())),
         median_range=float(ranges.median()),
         widest=(float(ranges[widest]), int(frame["trial_number"][widest])),
-        off_front=[int(n) for n in frame["trial_number"][~columns["on_front_by_mean"]]],
+        off_front=[int(n) for n in frame["trial_number"][seeds["on_front_by_mean"].eq(False)]],
+        dense=dense,
     )
 
 
@@ -94,7 +110,9 @@ def _in_band(sparsity: float, low: float, high: float) -> bool:
     return sparsity == low if low == high else low < sparsity <= high
 
 
-def study_status(study: optuna.Study, replicates: dict[int, dict[int, float]] | None = None) -> StudyStatus:
+def study_status(
+    study: optuna.Study, replicates: dict[int, dict[int, ReplicateResult]] | None = None
+) -> StudyStatus:
     trials = study.get_trials(deepcopy=False)
     states: dict[str, int] = {}
     for t in trials:
@@ -144,7 +162,9 @@ def study_status(study: optuna.Study, replicates: dict[int, dict[int, float]] | 
         saved_steps=sum(t.user_attrs.get("saved_steps", 0) for t in stopped),
         stopped_budget_steps=sum(t.user_attrs.get("finetune_steps", 0) for t in stopped),
         last_failure=last_failure(trials),
-        seed_spread=seed_spread(front, replicates or {}),
+        seed_spread=seed_spread(
+            front, next((t for t in done if t.user_attrs.get("dense_control")), None), replicates or {}
+        ),
     )
 
 
@@ -178,11 +198,21 @@ def format_status(status: StudyStatus) -> str:
     spread = status.seed_spread
     if spread:
         off = f"; off the front by their mean: trials {spread.off_front}" if spread.off_front else ""
-        lines.append(f"  replicated: {spread.points} of the front's points, up to {spread.seeds} seeds each")
+        low, high = spread.seeds
+        lines.append(
+            f"  replicated: {spread.points} of the front's points, {low if low == high else f'{low}-{high}'} "
+            "seeds each"
+        )
         lines.append(
             f"  spread over seeds (highest / lowest perplexity - 1): {spread.median_range:.1%} at the "
             f"median point, {spread.widest[0]:.1%} at most (trial {spread.widest[1]}){off}"
         )
+        if spread.dense:
+            n, mean, lowest, highest = spread.dense
+            lines.append(
+                f"  dense control over {int(n)} seeds: perplexity {mean:.3f} (mean), "
+                f"{lowest:.3f}-{highest:.3f}"
+            )
     for band, ppl, number, bpb in status.best_by_band:
         bits = f", {bpb:.4f} bits/byte" if bpb is not None else ""
         lines.append(f"  best at sparsity {band:>13}: perplexity {ppl:.3f}{bits} (trial {number})")

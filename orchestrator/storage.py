@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import optuna
 import sqlalchemy as sa
@@ -84,7 +84,15 @@ class Replicate(Base):
     val_perplexity: Mapped[float] = mapped_column(sa.Float(precision=53))
     n_params: Mapped[int] = mapped_column(sa.BigInteger)
     cpu_seconds: Mapped[float] = mapped_column(sa.Float(precision=53))
+    # What the replicate was measured under (``records.replicate_setup``): a study resumed with
+    # other trial settings no longer counts it.
+    setup: Mapped[str] = mapped_column(sa.String(64))
     recorded_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True))
+
+
+class ReplicateResult(NamedTuple):
+    val_perplexity: float
+    n_params: int  # of the pruned model: a method whose size is not fixed may keep other heads
 
 
 FRONTIER_COLUMNS = (*RESULT_COLUMNS, "params", "updated_at")
@@ -302,33 +310,37 @@ def record_replicate(
     study_name: str,
     trial_number: int,
     seed: int,
-    val_perplexity: float,
-    n_params: int,
+    result: ReplicateResult,
     cpu_seconds: float,
+    setup: str,
 ) -> None:
-    """Keep one replicate's result (a replicate run again replaces its row)."""
+    """Keep one replicate's result (one measured again, under another setup, replaces its row)."""
     row = Replicate(
         study_name=study_name,
         trial_number=trial_number,
         seed=seed,
-        val_perplexity=val_perplexity,
-        n_params=n_params,
+        val_perplexity=result.val_perplexity,
+        n_params=result.n_params,
         cpu_seconds=cpu_seconds,
+        setup=setup,
         recorded_at=datetime.now(UTC),
     )
     with Session(store.engine) as session, session.begin():
         session.merge(row)
 
 
-def read_replicates(store: StudyStore, study_name: str) -> dict[int, dict[int, float]]:
-    """trial number -> seed -> validation perplexity, of every replicate the study has (none in
+def read_replicates(store: StudyStore, study_name: str, setup: str) -> dict[int, dict[int, ReplicateResult]]:
+    """trial number -> seed -> result, of the study's replicates measured under ``setup`` (none in
     a database of an earlier version, which has no such table)."""
     if not sa.inspect(store.engine).has_table(Replicate.__tablename__):
         return {}
-    found: dict[int, dict[int, float]] = {}
+    found: dict[int, dict[int, ReplicateResult]] = {}
+    query = sa.select(Replicate).where(Replicate.study_name == study_name, Replicate.setup == setup)
     with Session(store.engine) as session:
-        for row in session.scalars(sa.select(Replicate).where(Replicate.study_name == study_name)):
-            found.setdefault(row.trial_number, {})[row.seed] = row.val_perplexity
+        for row in session.scalars(query):
+            found.setdefault(row.trial_number, {})[row.seed] = ReplicateResult(
+                row.val_perplexity, row.n_params
+            )
     return found
 
 
@@ -482,12 +494,12 @@ class HeldLease:
             self.lost_reason = reason
             self.lost.set()
 
-    def check(self) -> None:
-        """Raise LeaseLost once the lease is gone."""
+    def check(self, unrecorded: str = "its running trials (the study's holder resumes them)") -> None:
+        """Raise LeaseLost once the lease is gone, saying what was not recorded."""
         if self.lost.is_set():
             raise LeaseLost(
                 f"study {self.study_name!r}: {self.lost_reason}; this driver stopped without recording "
-                "its running trials (the study's holder resumes them)"
+                f"{unrecorded}"
             )
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 from helpers import (
     LAUNCH_STUDY,
     SMOKE,
+    cli_in_process,
     drop_study,
     launch,
     leftover_ray_processes,
@@ -22,17 +24,27 @@ from helpers import (
     server_url,
     start_own_session,
 )
+from test_cli_errors import assert_user_error, study_file
 
 from orchestrator.errors import UserError
+from orchestrator.execution import ERROR_KEY, RESULT_KEY
 from orchestrator.export import seed_columns
-from orchestrator.replicates import check_same_setup, plan, points_to_replicate, replicate_seeds
-from orchestrator.storage import open_store, read_frontier, read_replicates, record_replicate
+from orchestrator.records import replicate_setup
+from orchestrator.replicates import ReplicateRun, check_same_setup, plan, points_to_replicate, replicate_seeds
+from orchestrator.storage import (
+    ReplicateResult,
+    open_store,
+    read_frontier,
+    read_replicates,
+    record_replicate,
+)
 
 
 def front_row(number: int, **params) -> dict:
     return {
         "trial_number": number,
         "val_perplexity": 5.0,
+        "n_params": 1000,
         "params": json.dumps({"method": "importance", **params}),
     }
 
@@ -68,32 +80,132 @@ def test_seed_columns_give_mean_range_and_whether_a_point_holds_on_its_mean():
     frame = pd.DataFrame(
         {"trial_number": [0, 4, 9], "val_perplexity": [5.0, 5.2, 5.6], "n_params": [100, 80, 60]}
     )
-    # trial 4 was lucky: at its other seeds it is worse than trial 0, which is larger
-    columns = seed_columns(frame, {0: {1: 5.1, 2: 4.9}, 4: {1: 5.3, 2: 5.7}})
-    assert list(columns["seeds"]) == [3, 3, 1]
+
+    def replicates(**by_trial: list[float]) -> dict:
+        sizes = {"t0": 100, "t4": 80, "t9": 60}
+        return {
+            int(t[1:]): {seed: ReplicateResult(v, sizes[t]) for seed, v in enumerate(values, start=1)}
+            for t, values in by_trial.items()
+        }
+
+    # trial 4 was lucky: at its other seeds it is worse, but still better than trial 9, which is smaller
+    columns = seed_columns(frame, replicates(t0=[5.1, 4.9], t4=[5.3, 5.7], t9=[5.5, 5.7]))
+    assert list(columns["seeds"]) == [3, 3, 3]
     assert list(columns["val_perplexity_mean"]) == pytest.approx([5.0, 5.4, 5.6])
-    assert list(columns["val_perplexity_min"]) == [4.9, 5.2, 5.6]
-    assert list(columns["val_perplexity_max"]) == [5.1, 5.7, 5.6]
+    assert list(columns["val_perplexity_min"]) == [4.9, 5.2, 5.5]
+    assert list(columns["val_perplexity_max"]) == [5.1, 5.7, 5.7]
     assert list(columns["on_front_by_mean"]) == [True, True, True]
-    columns = seed_columns(frame, {0: {1: 5.1, 2: 4.9}, 4: {1: 6.3, 2: 6.7}})  # mean 6.07 > trial 9's 5.6
+    columns = seed_columns(frame, replicates(t0=[5.1, 4.9], t4=[6.3, 6.7], t9=[5.5, 5.7]))  # 6.07 > 5.6
     assert list(columns["on_front_by_mean"]) == [True, False, True]
+    # points at different numbers of seeds: a mean against one draw is not compared
+    columns = seed_columns(frame, replicates(t0=[5.1, 4.9], t4=[6.3, 6.7]))
+    assert list(columns["seeds"]) == [3, 3, 1]
+    assert columns["on_front_by_mean"].isna().all()
+
+
+def test_a_replicate_that_kept_another_size_is_not_counted_in_the_points_mean():
+    """l0_penalty's size depends on its batches: at another seed it may keep other heads."""
+    frame = pd.DataFrame({"trial_number": [2], "val_perplexity": [5.0], "n_params": [100]})
+    columns = seed_columns(frame, {2: {1: ReplicateResult(5.2, 100), 2: ReplicateResult(4.0, 120)}})
+    assert list(columns["seeds"]) == [2]
+    assert list(columns["val_perplexity_mean"]) == pytest.approx([5.1])
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql", "mysql"])
-def test_replicates_are_kept_per_study_trial_and_seed(kind, tmp_path):
+def test_replicates_are_kept_per_study_trial_seed_and_setup(kind, tmp_path):
     url = f"sqlite:///{tmp_path}/r.db" if kind == "sqlite" else server_url(kind)
     store = open_store(url)
     name, other = f"rep-{uuid.uuid4().hex[:8]}", f"rep-{uuid.uuid4().hex[:8]}"
     try:
-        record_replicate(store, name, 3, 1, 5.25, 1000, 12.0)
-        record_replicate(store, name, 3, 2, 5.5, 1000, 12.5)
-        record_replicate(store, name, 3, 1, 5.125, 1000, 13.0)  # run again: replaces the row
-        record_replicate(store, other, 3, 1, 9.0, 1000, 1.0)
-        assert read_replicates(store, name) == {3: {1: 5.125, 2: 5.5}}
-        assert read_replicates(store, "no-such-study") == {}
+        record_replicate(store, name, 3, 1, ReplicateResult(5.25, 1000), 12.0, "a")
+        record_replicate(store, name, 3, 2, ReplicateResult(5.5, 1000), 12.5, "a")
+        record_replicate(store, name, 3, 1, ReplicateResult(5.125, 990), 13.0, "a")  # again: replaces
+        record_replicate(store, name, 4, 1, ReplicateResult(7.0, 900), 13.0, "b")  # another setup
+        record_replicate(store, other, 3, 1, ReplicateResult(9.0, 1000), 1.0, "a")
+        assert read_replicates(store, name, "a") == {3: {1: (5.125, 990), 2: (5.5, 1000)}}
+        assert read_replicates(store, name, "b") == {4: {1: (7.0, 900)}}
+        assert read_replicates(store, "no-such-study", "a") == {}
     finally:
         for study_name in (name, other):
             drop_study(url, study_name)
+
+
+def finished(trial_number: int, seed: int, ppl: float, n_params: int = 1000) -> tuple:
+    """A Tune trial's config and last result as ``ReplicateCallback`` passes them on."""
+    job = {"trial_number": trial_number, "seed": seed, "study_perplexity": 5.0, "n_params": 1000}
+    outcome = {"val_perplexity": ppl, "n_params": n_params, "cpu_seconds": 3.0}
+    return {"job": job}, {RESULT_KEY: json.dumps(outcome)}, None
+
+
+def test_a_replicate_that_diverged_or_failed_is_not_recorded_and_runs_again(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path}/r.db")
+    run = ReplicateRun(store, "s", "key", jobs=[], still_leased=lambda: True)
+    run.finish(*finished(1, 1, 5.5))
+    run.finish(*finished(2, 1, math.inf))
+    run.finish(*finished(3, 1, math.nan))
+    run.finish({"job": {"trial_number": 4, "seed": 1}}, {ERROR_KEY: "ValueError: no"}, None)
+    run.finish({"job": {"trial_number": 5, "seed": 1}}, None, "RayTaskError: worker died")
+    assert read_replicates(store, "s", "key") == {1: {1: (5.5, 1000)}}
+    assert run.recorded == 1
+    assert [f.split(":")[0] for f in run.failed] == [f"trial {n} at seed 1" for n in (2, 3, 4, 5)]
+    assert "perplexity inf" in run.failed[0] and "worker died" in run.failed[-1]
+    front = [front_row(n) for n in (1, 2, 3, 4, 5)]
+    assert [j.trial_number for j in plan(front, read_replicates(store, "s", "key"), [1])] == [2, 3, 4, 5]
+
+
+def test_a_driver_that_lost_the_lease_records_nothing(tmp_path):
+    store = open_store(f"sqlite:///{tmp_path}/r.db")
+    run = ReplicateRun(store, "s", "key", jobs=[], still_leased=lambda: False)
+    run.finish(*finished(1, 1, 5.5))
+    assert read_replicates(store, "s", "key") == {} and run.recorded == 0 and run.failed == []
+
+
+def test_a_mismatched_study_file_or_a_missing_front_writes_nothing(tmp_path):
+    """A study in the database (its stored configuration, a finished dense control, no
+    replicates table yet): refused with one line, and the database is as it was."""
+    import sqlalchemy as sa
+
+    from orchestrator.config import load_study_config
+    from orchestrator.storage import create_or_load_study, refresh_frontier
+
+    path = study_file(tmp_path)
+    url = f"sqlite:///{tmp_path}/runs/smoke.db"
+    store = open_store(url)
+    with store.engine.begin() as conn:  # as a database of the version before replicates
+        conn.exec_driver_sql("DROP TABLE trial_replicates")
+    study = create_or_load_study(store, "smoke", optuna.samplers.RandomSampler(seed=0))
+    study.set_user_attr("config", load_study_config(path, []).raw)
+    before = sorted(p.name for p in (tmp_path / "runs").iterdir())
+
+    def tables() -> set[str]:
+        return set(sa.inspect(open_store(url, create=False).engine).get_table_names())
+
+    empty = cli_in_process("replicate", str(path), cwd=tmp_path)
+    assert_user_error(empty, "study 'smoke' has no front to replicate")
+    trial = study.ask()
+    for key, value in {
+        "n_params_nonembed": 90,
+        "sparsity": 0.0,
+        "heads_per_layer": [4, 4],
+        "method": "dense",
+        "hparams": {"method": "dense"},
+        "dense_control": True,
+    }.items():
+        trial.set_user_attr(key, value)
+    study.tell(trial, [30.0, 100])
+    refresh_frontier(store, study)
+    other = cli_in_process("replicate", str(path), "--set", "trial.finetune_steps=11", cwd=tmp_path)
+    assert_user_error(other, "[trial] finetune_steps is 11 here but 10", "replicate with the study file")
+    seed = cli_in_process("replicate", str(path), "--set", "study.seed=4", cwd=tmp_path)
+    assert_user_error(seed, "[study] seed is 4 here but '(not set)'")
+    assert "trial_replicates" not in tables()
+    with open_store(url, create=False).engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT COUNT(*) FROM study_lease").scalar() == 0
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == before  # no cache, no CSV
+
+
+def smoke_setup(store) -> str:
+    return replicate_setup(optuna.load_study(study_name="smoke", storage=store.storage))
 
 
 @pytest.mark.slow
@@ -113,38 +225,36 @@ def test_replicate_trains_the_front_again_resumes_and_leaves_the_study_alone(tmp
     first = launch("replicate", str(SMOKE), "--seeds", "1", cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     assert f"{len(points)} replicates to run" in first.stderr
-    replicates = read_replicates(store, "smoke")
+    replicates = read_replicates(store, "smoke", smoke_setup(store))
     assert sorted(replicates) == sorted(r["trial_number"] for r in points)
     assert all(list(seeds) == [1] for seeds in replicates.values())
     # another seed draws other batches: no point scores exactly as it did at the study's seed
     by_number = {r["trial_number"]: r["val_perplexity"] for r in points}
-    assert all(replicates[n][1] != by_number[n] for n in replicates)
+    assert all(replicates[n][1].val_perplexity != by_number[n] for n in replicates)
 
     second = launch("replicate", str(SMOKE), "--seeds", "2", cwd=tmp_path)
     assert second.returncode == 0, second.stderr[-3000:]
     assert f"{len(points)} replicates to run" in second.stderr  # seed 2 only; seed 1 is kept
-    again = read_replicates(store, "smoke")
+    again = read_replicates(store, "smoke", smoke_setup(store))
     assert all(again[n][1] == replicates[n][1] and set(again[n]) == {1, 2} for n in again)
 
     csv = pd.read_csv(tmp_path / "runs" / "smoke_pareto.csv")
     assert list(csv["trial_number"]) == [r["trial_number"] for r in front]
     assert list(csv["seeds"]) == [3] * len(front)
     for row in csv.itertuples():
-        seen = [row.val_perplexity, *again[row.trial_number].values()]
+        seen = [row.val_perplexity, *(r.val_perplexity for r in again[row.trial_number].values())]
         assert row.val_perplexity_mean == pytest.approx(sum(seen) / 3)
         assert (row.val_perplexity_min, row.val_perplexity_max) == (min(seen), max(seen))
 
     study = optuna.load_study(study_name="smoke", storage=store.storage)
     assert [(t.number, t.state, t.values) for t in study.trials] == trials_before  # no trial added or told
     status = launch("status", "--study-name", "smoke", cwd=tmp_path)
-    assert f"replicated: {len(front)} of the front's points, up to 3 seeds each" in status.stdout
-    assert "spread over seeds" in status.stdout
+    assert f"replicated: {len(front)} of the front's points, 3 seeds each" in status.stdout
+    assert "spread over seeds" in status.stdout and "dense control over 3 seeds" in status.stdout
     assert not leftover_ray_processes(before)
 
 
 def test_replicate_refuses_bad_input_before_writing(tmp_path):
-    from test_cli_errors import assert_user_error, study_file
-
     path = study_file(tmp_path)
     missing = launch("replicate", str(path), cwd=tmp_path)
     assert_user_error(missing, "no database at runs/smoke.db")
@@ -207,7 +317,7 @@ def test_a_signal_stops_replicates_keeping_those_done_and_the_same_command_finis
     assert "interrupted (SIGTERM)" in last and "resume with: launch-study replicate" in last, text[-3000:]
     assert "Traceback" not in text and leftover == {}
     store = open_store(f"sqlite:///{tmp_path}/runs/smoke.db", create=False)
-    kept = read_replicates(store, "smoke")
+    kept = read_replicates(store, "smoke", smoke_setup(store))
     n_kept = sum(len(seeds) for seeds in kept.values())
     total = 2 * len(
         points_to_replicate(
@@ -219,9 +329,37 @@ def test_a_signal_stops_replicates_keeping_those_done_and_the_same_command_finis
     again = launch("replicate", str(SMOKE), "--seeds", "2", *slower, cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"{total - n_kept} replicates to run" in again.stderr
-    done = read_replicates(store, "smoke")
+    done = read_replicates(store, "smoke", smoke_setup(store))
     assert sum(len(seeds) for seeds in done.values()) == total
     assert all(
         done[n][s] == ppl for n, seeds in kept.items() for s, ppl in seeds.items()
     )  # kept as they were
     assert leftover_ray_processes(before) == {}
+
+
+def test_status_names_the_points_that_are_off_the_front_by_their_mean():
+    from orchestrator.report import format_status, study_status
+
+    study = optuna.create_study(directions=["minimize", "minimize"])
+    for ppl, params, control in [(5.0, 100, True), (5.2, 80, False), (5.6, 60, False)]:
+        trial = study.ask()
+        for key, value in {
+            "n_params_nonembed": params - 10,
+            "sparsity": 1 - params / 100,
+            "heads_per_layer": [2, 2],
+            "method": "dense" if control else "importance",
+            "hparams": {},
+            "dense_control": control,
+        }.items():
+            trial.set_user_attr(key, value)
+        study.tell(trial, [ppl, params])
+    replicates = {
+        0: {1: ReplicateResult(5.1, 100), 2: ReplicateResult(4.9, 100)},
+        1: {1: ReplicateResult(6.3, 80), 2: ReplicateResult(6.7, 80)},  # lucky at the study's seed
+        2: {1: ReplicateResult(5.5, 60), 2: ReplicateResult(5.7, 60)},
+    }
+    text = format_status(study_status(study, replicates))
+    assert "replicated: 3 of the front's points, 3 seeds each" in text
+    assert "28.8% at most (trial 1); off the front by their mean: trials [1]" in text  # 6.7 / 5.2
+    assert "dense control over 3 seeds: perplexity 5.000 (mean), 4.900-5.100" in text
+    assert "replicated" not in format_status(study_status(study, {}))
