@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna_dashboard import save_note
 from ray.tune import Callback
 
 from orchestrator.config import StudyConfig
@@ -34,6 +35,7 @@ from orchestrator.export import study_table, write_table
 from orchestrator.interrupts import Interrupted, wind_down
 from orchestrator.progress import PhaseProgress, say
 from orchestrator.records import TRIAL_SECTIONS, TrialRecord, replicate_setup
+from orchestrator.report import front_note
 from orchestrator.runner import (
     RunOptions,
     preflight,
@@ -241,6 +243,9 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
             )
             _run_jobs(cfg, opts, trial_setup, run)
         lease.check("the replicates still running (a rerun runs them)")
+        save_note(
+            study, front_note(study, read_replicates(store, opts.study_name, setup_key))
+        )  # the dashboard's
     csv = write_table(study_table(store, study), opts.output_csv)
     say(f"Pareto front with each point's perplexity over its seeds -> {csv}")
     return ReplicateSummary(csv, run.recorded if run else 0, run.failed if run else [])

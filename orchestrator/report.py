@@ -230,20 +230,47 @@ def format_status(status: StudyStatus) -> str:
     return "\n".join(lines)
 
 
-def front_note(study: optuna.Study) -> str:
-    """Markdown for the dashboard: the current front, one row per trial."""
+def front_note(study: optuna.Study, replicates: dict[int, dict[int, ReplicateResult]] | None = None) -> str:
+    """Markdown for the dashboard: the current front, one row per trial, with each point's
+    perplexity over its seeds once ``launch-study replicate`` has measured them."""
+    import pandas as pd
+
+    from orchestrator.export import seed_columns
+
     trials = study.get_trials(deepcopy=False)
     done = [t for t in trials if t.state == TrialState.COMPLETE]
     stopped = [t for t in trials if t.state == TrialState.PRUNED]
-    front = pareto_front(done, key=lambda t: (t.values[0], t.values[1]))
+    front = sorted(pareto_front(done, key=lambda t: (t.values[0], t.values[1])), key=lambda t: t.values[1])
+    seeds = seed_columns(
+        pd.DataFrame(
+            {
+                "trial_number": [t.number for t in front],
+                "val_perplexity": [t.values[0] for t in front],
+                "n_params": [t.values[1] for t in front],
+            }
+        ),
+        replicates or {},
+    )
+    replicated = bool(len(front)) and bool((seeds["seeds"] > 1).any())
 
     def method(trial: FrozenTrial) -> str:
         return "**dense control**" if trial.user_attrs.get("dense_control") else trial.user_attrs["method"]
 
+    def over_seeds(i: int) -> str:
+        row = seeds.iloc[i]
+        if not replicated:
+            return ""
+        off = pd.notna(row["on_front_by_mean"]) and not row["on_front_by_mean"]
+        mark = " (off the front by its mean)" if off else ""
+        return (
+            f" {row['val_perplexity_mean']:.3f} [{row['val_perplexity_min']:.3f}, "
+            f"{row['val_perplexity_max']:.3f}], {row['seeds']} seeds{mark} |"
+        )
+
     rows = [
-        f"| {r.trial_number} | {method(t)} | {r.sparsity:.3f} | {r.val_perplexity:.3f} "
-        f"| {r.bits_per_byte or float('nan'):.4f} | {r.n_params:,} | {r.heads_per_layer} |"
-        for t in sorted(front, key=lambda t: t.values[1])
+        f"| {r.trial_number} | {method(t)} | {r.sparsity:.3f} | {r.val_perplexity:.3f} |{over_seeds(i)}"
+        f" {r.bits_per_byte or float('nan'):.4f} | {r.n_params:,} | {r.heads_per_layer} |"
+        for i, t in enumerate(front)
         for r in [TrialRecord.from_trial(t)]
     ]
     control = next((t for t in done if t.user_attrs.get("dense_control")), None)
@@ -262,8 +289,10 @@ def front_note(study: optuna.Study) -> str:
             "",
             *control_line,
             *([f"{len(stopped)} trials stopped early by Pareto rank (PRUNED).", ""] if stopped else []),
-            "| trial | method | sparsity | val perplexity | bits per byte | parameters | heads per layer |",
-            "| --- | --- | --- | --- | --- | --- | --- |",
+            "| trial | method | sparsity | val perplexity |"
+            + (" over seeds: mean [lowest, highest] |" if replicated else "")
+            + " bits per byte | parameters | heads per layer |",
+            "| --- | --- | --- | --- |" + (" --- |" if replicated else "") + " --- | --- | --- |",
             *rows,
         ]
     )

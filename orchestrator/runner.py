@@ -35,6 +35,7 @@ from orchestrator.preflight import (
     check_writable_folder,
 )
 from orchestrator.progress import PhaseProgress, say
+from orchestrator.records import replicate_setup
 from orchestrator.report import dense_reference, front_note, last_failure
 from orchestrator.search_space import SearchSpace
 from orchestrator.storage import (
@@ -46,6 +47,7 @@ from orchestrator.storage import (
     fail_orphaned_trials,
     hold_lease,
     open_store,
+    read_replicates,
     refresh_frontier,
     resolve_url,
     sqlite_database,
@@ -367,7 +369,7 @@ def package_versions() -> dict[str, str]:
 def _after_trial(store: StudyStore, study: optuna.Study, driver: StudyDriver, number: int) -> None:
     """After every trial: the frontier table, the dashboard's note, one progress line."""
     front = refresh_frontier(store, study)
-    save_note(study, front_note(study))
+    save_note(study, front_note(study, read_replicates(store, study.study_name, replicate_setup(study))))
     trials = study.get_trials(deepcopy=False)
     trial = trials[number]
     if trial.values and trial.user_attrs.get("dense_control"):
