@@ -42,7 +42,9 @@ Every front is normalised by it: perplexity / dense, parameters / dense, referen
 A second table gives each arm's hypervolume after a quarter, a half and three quarters of the
 budget (its first trials within that much CPU), so one run shows where one arm passes another.
 Per arm: the hypervolume, the best perplexity / dense among points with >= 50% and >= 75% of the
-heads removed, the trials finished and the configurations per CPU-hour. Targets (issue 11): the
+heads removed, the trials finished and the configurations per CPU-hour. Per searched arm, its
+hypervolume minus each other arm's, paired by seed, with the mean's 95% t-interval: with 3 seeds
+an interval that holds 0 says the seeds cannot tell the two apart. Targets (issue 11): the
 searched hypervolume beats every other arm on the mean and on at least 2 of 3 seeds (by more
 than ``TIE``, the tables' last digit); at 50%
 removed its best point is within 2% of the dense control, at 75% within 10%.
@@ -419,6 +421,17 @@ def report(per_seed: list[dict], budget_minutes: float, cpus_per_trial: float) -
     )
     others = [a for a in arms if not a.startswith("searched")]
     for candidate in [a for a in arms if a.startswith("searched")]:
+        if others:
+            print_table(
+                f"{candidate}'s hypervolume minus each other arm's, paired by seed (one seed's batches "
+                "are every arm's): the mean and its 95% t-interval",
+                ["arm", "by seed", "mean", "95% interval"],
+                [
+                    [other, *paired(column(candidate, "hypervolume"), column(other, "hypervolume"))]
+                    for other in others
+                ],
+            )
+    for candidate in [a for a in arms if a.startswith("searched")]:
         mine = column(candidate, "hypervolume")
         # per other arm, the candidate's lead on each seed (its mean lead is their mean)
         leads = [[m - o for m, o in zip(mine, column(a, "hypervolume"))] for a in others]
@@ -440,6 +453,23 @@ def report(per_seed: list[dict], budget_minutes: float, cpus_per_trial: float) -
             f"50% removed within 2%: {'met' if all(r and r <= 1.02 for r in r50) else 'not met'}; "
             f"75% removed within 10%: {'met' if all(r and r <= 1.10 for r in r75) else 'not met'}"
         )
+
+
+# Student's t, two-sided 95%, by degrees of freedom (seeds - 1).
+T_95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+def paired(mine: list[float], theirs: list[float]) -> list[str]:
+    """By seed, the mean and the 95% t-interval of ``mine - theirs``: the interval is what the
+    seeds say about the difference; one that holds 0 is no evidence either way."""
+    diffs = [m - t for m, t in zip(mine, theirs, strict=True)]
+    mean = statistics.mean(diffs)
+    if len(diffs) < 2:
+        interval = "-"
+    else:
+        half = T_95.get(len(diffs) - 1, 1.96) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+        interval = f"[{mean - half:+.4f}, {mean + half:+.4f}]"
+    return [" / ".join(f"{d:+.4f}" for d in diffs), f"{mean:+.4f}", interval]
 
 
 def merge_seeds(saved: list[dict], budget_minutes: float = math.inf) -> tuple[list[dict], float]:

@@ -13,6 +13,7 @@ from bench.frontier import (
     l0_penalty_at,
     labelled,
     merge_seeds,
+    paired,
     report,
     summarise,
     sweep_arm,
@@ -231,3 +232,17 @@ def test_a_searched_arm_reported_alone_is_not_said_to_beat_the_other_arms(capsys
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("targets: searched"))
     assert "hypervolume: no arm but searched ones here to compare with" in line
     assert "met;" not in line.split("50% removed")[0]
+
+
+def test_paired_differences_come_with_a_t_interval_that_holds_zero_when_the_seeds_disagree() -> None:
+    assert paired([0.27, 0.26, 0.28], [0.26, 0.25, 0.27]) == [
+        "+0.0100 / +0.0100 / +0.0100",
+        "+0.0100",
+        "[+0.0100, +0.0100]",
+    ]
+    by_seed, mean, interval = paired([0.2658, 0.2650, 0.2690], [0.2658, 0.2630, 0.2692])
+    assert (by_seed, mean) == ("+0.0000 / +0.0020 / -0.0002", "+0.0006")
+    low, high = (float(x) for x in interval.strip("[]").split(", "))
+    assert low < 0 < high  # sd 0.0012 over 3 seeds: t(2) 4.303 x 0.0007 = 0.0030 each side
+    assert high - low == pytest.approx(2 * 4.303 * 0.0012166 / 3**0.5, abs=2e-4)  # printed to 4 places
+    assert paired([0.3], [0.2])[2] == "-"
