@@ -1,6 +1,7 @@
 """How much of the difference between two methods at one size is the seed's: from saved runs.
 
     python -m bench.seed_noise RUN.json ... --arms importance:distilled,topk:distilled
+    python -m bench.seed_noise RUN.json ... --arms importance:distilled     # one arm's own noise
 
 Reads ``bench.frontier`` runs (``--save``) and, for two of their sweep arms, pairs the points
 that keep the same number of heads in the same seed (a seed is a trial's batches: every trial of
@@ -66,46 +67,53 @@ def noise_only_share(k: int, n: int, observed: float, draws: int = 20000, seed: 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", type=Path, nargs="+", help="runs saved by bench.frontier --save")
-    parser.add_argument("--arms", default="importance:distilled,topk:distilled", help="two arms: A,B")
+    parser.add_argument(
+        "--arms",
+        default="importance:distilled,topk:distilled",
+        help="two arms A,B (B - A per size), or one arm (its own ratio per size, over the seeds)",
+    )
     parser.add_argument("--heads", type=int, default=32, help="the model's heads (the default study: 32)")
     args = parser.parse_args()
-    first, second = args.arms.split(",")
+    arms = args.arms.split(",")
+    if len(arms) not in (1, 2):
+        parser.error(f"--arms: one arm or two, got {args.arms!r}")
     per_seed, _ = merge_seeds([json.loads(path.read_text()) for path in args.runs])
-    a, b = (log_ratios(per_seed, arm, args.heads) for arm in (first, second))
+    ratios = [log_ratios(per_seed, arm, args.heads) for arm in arms]
     seeds = sorted({s["seed"] for s in per_seed})
-    sizes = [k for k in sorted(a) if k in b and all(s in a[k] and s in b[k] for s in seeds)]
+    sizes = [k for k in sorted(ratios[0]) if all(k in r and all(s in r[k] for s in seeds) for r in ratios)]
     if len(seeds) < 2 or len(sizes) < 2:
-        raise SystemExit("need at least 2 seeds and 2 sizes that both arms reached in every seed")
-    print(f"{second} - {first}, log(ppl / dense) x 100, seeds {seeds}")
+        raise SystemExit("need at least 2 seeds and 2 sizes that the arms reached in every seed")
+    first = ratios[0]
+    rows = {
+        k: [100 * (ratios[-1][k][s] - first[k][s] if len(arms) == 2 else first[k][s]) for s in seeds]
+        for k in sizes
+    }
+    what = f"{arms[1]} - {arms[0]}, log(ppl / dense)" if len(arms) == 2 else f"{arms[0]}: log(ppl / dense)"
+    print(f"{what} x 100, seeds {seeds}")
     print("| heads kept | by seed | mean | sd over seeds |")
     print("|---|---|---|---|")
-    differences = []
-    for k in sizes:
-        d = [100 * (b[k][s] - a[k][s]) for s in seeds]
-        differences.append(d)
-        shown = " / ".join(f"{x:+.1f}" for x in d)
-        print(f"| {k} | {shown} | {statistics.fmean(d):+.2f} | {statistics.stdev(d):.2f} |")
-    ratio = f_ratio(differences)
-    share = noise_only_share(len(sizes), len(seeds), ratio)
-    own = pooled_sd([[100 * a[k][s] for s in seeds] for k in sizes])
-    overall = statistics.fmean(x for d in differences for x in d)
-    summary = {
-        "sizes": len(sizes),
-        "seeds": len(seeds),
-        "difference_sd_within_size_pct": pooled_sd(differences),
-        "one_trial_sd_pct": own,
-        "f_ratio": ratio,
-        "noise_gives_as_large": share,
-        "mean_difference_pct": overall,
-    }
-    print(
-        f"seed noise: the difference moves {summary['difference_sd_within_size_pct']:.2f}% (sd) between "
-        f"seeds at one size; one {first} trial's ratio {own:.2f}%"
-    )
-    print(
-        f"sizes against seeds: F = {ratio:.2f} over {len(sizes)} sizes x {len(seeds)} seeds; noise alone "
-        f"gives one as large {share:.0%} of the time. Over all sizes: {overall:+.2f}% ({second} - {first})"
-    )
+    for k, values in rows.items():
+        shown = " / ".join(f"{x:+.1f}" for x in values)
+        print(f"| {k} | {shown} | {statistics.fmean(values):+.2f} | {statistics.stdev(values):.2f} |")
+    own = pooled_sd([[100 * first[k][s] for s in seeds] for k in sizes])
+    summary = {"sizes": len(sizes), "seeds": len(seeds), "one_trial_sd_pct": own}
+    print(f"seed noise: one {arms[0]} trial's ratio moves {own:.2f}% (sd) between seeds at one size")
+    if len(arms) == 2:
+        differences = list(rows.values())
+        ratio = f_ratio(differences)
+        summary |= {
+            "difference_sd_within_size_pct": pooled_sd(differences),
+            "f_ratio": ratio,
+            "noise_gives_as_large": noise_only_share(len(sizes), len(seeds), ratio),
+            "mean_difference_pct": statistics.fmean(x for d in differences for x in d),
+        }
+        moves = summary["difference_sd_within_size_pct"]
+        print(f"the difference moves {moves:.2f}% (sd) between seeds at one size")
+        print(
+            f"sizes against seeds: F = {ratio:.2f} over {len(sizes)} sizes x {len(seeds)} seeds; noise alone "
+            f"gives one as large {summary['noise_gives_as_large']:.0%} of the time. Over all sizes: "
+            f"{summary['mean_difference_pct']:+.2f}% ({arms[1]} - {arms[0]})"
+        )
     print(json.dumps({"seed_noise": summary}))
 
 
