@@ -332,6 +332,11 @@ def _run_leased(
         raise UserError(f"study {opts.study_name!r} has no complete trial to export{cause}")
     csv = write_table(study_table(store, study), opts.output_csv)
     say(f"Pareto front: {len(rows)} trials -> {csv}")
+    if not read_replicates(store, opts.study_name, replicate_setup(study)):
+        say(
+            "each point is one draw of its trial's batches: `launch-study replicate` with this study "
+            "file trains the front again at other seeds (README)"
+        )
     return RunSummary(opts.study_name, driver.n_finished, driver.n_failed, len(rows), dense, csv)
 
 
