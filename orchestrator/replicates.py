@@ -195,9 +195,9 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
     their seeds (what was recorded, also when some replicates failed).
 
     Every check comes before the database is written: the study file against the study's, the
-    front, then (with replicates to run) the corpus and the dense checkpoint, which must be the
-    one the study pruned; only the corpus's caches and a checkpoint to rebuild are written
-    before that, as ``run`` writes them."""
+    front, then, holding the study's lease as ``run`` does (released on the way out), the corpus
+    and the dense checkpoint, which must be the one the study pruned; only the corpus's caches
+    and a checkpoint to rebuild are written before that, as ``run`` writes them."""
     if n_seeds < 1:
         raise UserError(f"--seeds must be at least 1, got {n_seeds}")
     preflight(cfg, opts)
@@ -219,13 +219,13 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
             points_to_replicate(study, front), read_replicates(store, opts.study_name, setup_key), seeds
         )
 
-    _, jobs = jobs_now()
-    trial_setup = _trial_setup(cfg, opts, study) if jobs else None
+    jobs_now()  # a study without a front is refused before its lease is taken
     with hold_lease(store, opts.study_name, cfg.study.lease_seconds) as lease:
         if lease.takeover:
             say(lease.takeover.describe())
-        create_own_tables(store)  # a database of an earlier version gains the replicates' table
         front, jobs = jobs_now()  # the front as it is now that no run can change it
+        trial_setup = _trial_setup(cfg, opts, study) if jobs else None  # checked before the table
+        create_own_tables(store)  # a database of an earlier version gains the replicates' table
         control = (
             " and the dense control"
             if any(j.trial_number not in {r["trial_number"] for r in front} for j in jobs)
@@ -237,15 +237,13 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
         )
         run = None
         if jobs:
-            trial_setup = trial_setup or _trial_setup(cfg, opts, study)
             run = ReplicateRun(
                 store, opts.study_name, setup_key, jobs, still_leased=lambda: not lease.lost.is_set()
             )
             _run_jobs(cfg, opts, trial_setup, run)
         lease.check("the replicates still running (a rerun runs them)")
-        save_note(
-            study, front_note(study, read_replicates(store, opts.study_name, setup_key))
-        )  # the dashboard's
+        # the dashboard's note: the front with each point over its seeds
+        save_note(study, front_note(study, read_replicates(store, opts.study_name, setup_key)))
     csv = write_table(study_table(store, study), opts.output_csv)
     say(f"Pareto front with each point's perplexity over its seeds -> {csv}")
     return ReplicateSummary(csv, run.recorded if run else 0, run.failed if run else [])

@@ -160,13 +160,13 @@ def test_a_driver_that_lost_the_lease_records_nothing(tmp_path):
     assert read_replicates(store, "s", "key") == {} and run.recorded == 0 and run.failed == []
 
 
-def test_a_mismatched_study_file_or_a_missing_front_writes_nothing(tmp_path):
+def test_a_mismatched_study_file_a_held_lease_or_another_dense_model_writes_nothing(tmp_path):
     """A study in the database (its stored configuration, a finished dense control, no
     replicates table yet): refused with one line, and the database is as it was."""
     import sqlalchemy as sa
 
     from orchestrator.config import load_study_config
-    from orchestrator.storage import create_or_load_study, refresh_frontier
+    from orchestrator.storage import acquire_lease, create_or_load_study, refresh_frontier, release_lease
 
     path = study_file(tmp_path)
     url = f"sqlite:///{tmp_path}/runs/smoke.db"
@@ -201,7 +201,19 @@ def test_a_mismatched_study_file_or_a_missing_front_writes_nothing(tmp_path):
     assert "trial_replicates" not in tables()
     with open_store(url, create=False).engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT COUNT(*) FROM study_lease").scalar() == 0
+    acquire_lease(store, "smoke", "elsewhere:1", ttl_seconds=600)  # a run on another machine
+    held = cli_in_process("replicate", str(path), cwd=tmp_path)
+    assert_user_error(held, "study 'smoke' is being run by another driver (elsewhere:1")
+    assert "trial_replicates" not in tables()
+    release_lease(store, "smoke", "elsewhere:1")
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == before  # no cache, no CSV
+    # the dense checkpoint is built (its caches written, as a run does) and compared
+    study.set_user_attr("dense_val_perplexity", 99.0)  # pruned from another checkpoint than this one
+    other_dense = cli_in_process("replicate", str(path), cwd=tmp_path)
+    assert_user_error(other_dense, "the one study 'smoke' pruned 99.000000", "would not measure its points")
+    assert "trial_replicates" not in tables()
+    with open_store(url, create=False).engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT COUNT(*) FROM study_lease").scalar() == 0  # released
 
 
 def smoke_setup(store) -> str:
