@@ -188,7 +188,6 @@ def _replicate(args: argparse.Namespace) -> int:
     from orchestrator.replicates import replicate_front
     from orchestrator.runner import RunOptions
 
-    _positive("--seeds", args.seeds)
     cfg = load_study_config(args.study_file, args.overrides)
     opts = RunOptions.for_study(
         cfg,

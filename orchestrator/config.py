@@ -176,6 +176,13 @@ def load_study_config(path: str | Path, overrides: list[str] = ()) -> StudyConfi
         if not isinstance(raw[section], dict):
             raise UserError(f"{path}: [{section}] must be a table")
         raw[section][key] = value
+    return config_from_raw(path, raw)
+
+
+def config_from_raw(path: Path, raw: dict[str, Any]) -> StudyConfig:
+    """A study file's merged TOML (``--set`` values applied) checked and resolved, defaults
+    filled in; ``path`` names the file in messages and anchors its relative paths. Also reads
+    back the configuration a study stored (``StudyConfig.raw``)."""
     for section in raw:
         if section not in SECTIONS:
             raise UserError(f"{path}: unknown section [{section}]{closest(section, SECTIONS)}")

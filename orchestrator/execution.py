@@ -29,7 +29,7 @@ from ray.tune.stopper import Stopper
 from orchestrator.early_stopping import RUNG_KEY
 from orchestrator.front_gaps import gap_fill_point
 from orchestrator.progress import say
-from orchestrator.records import OBJECTIVES, record_result
+from orchestrator.records import OBJECTIVES, record_result, replicate_setup
 from orchestrator.search_space import Range, SearchSpace
 from trainers.hparams import TrialHParams
 from trainers.trial import TRANSIENT_ERRORS, RungReport, TrialSetup, run_trial
@@ -305,6 +305,7 @@ class StudyDriver:
             self.n_failed += 1
         else:
             record_result(trial, outcome)
+            trial.set_user_attr("setup", replicate_setup(self.study))  # what its replicates must match
             self.trial_cpu_seconds += outcome["cpu_seconds"]
             trial.set_user_attr("wall_seconds", seconds)
             trial.set_user_attr("node_id", result.get("node_id", ""))

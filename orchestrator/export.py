@@ -12,7 +12,7 @@ import pandas as pd
 
 from orchestrator.errors import UserError
 from orchestrator.frontier import pareto_front
-from orchestrator.records import RESULT_COLUMNS, TrialRecord, replicate_setup
+from orchestrator.records import RESULT_COLUMNS, TrialRecord, measured_elsewhere, replicate_setup
 from orchestrator.storage import ReplicateResult, StudyStore, complete_trials, read_frontier, read_replicates
 
 # Each point's validation perplexity over its seeds: the study's and its replicates'.
@@ -37,20 +37,30 @@ def study_table(store: StudyStore, study: optuna.Study, everything: bool = False
         raise UserError(f"study {study.study_name!r} has no complete trial to export")
     frame = pd.DataFrame(rows)
     params = pd.DataFrame([json.loads(p) for p in frame["params"]]).add_prefix("params_")
-    seeds = seed_columns(frame, read_replicates(store, study.study_name, replicate_setup(study)))
+    setup = replicate_setup(study)
+    elsewhere = measured_elsewhere(complete_trials(study), setup)
+    seeds = seed_columns(frame, read_replicates(store, study.study_name, setup), elsewhere)
     frame = pd.concat([frame[list(RESULT_COLUMNS)], seeds, params], axis=1)
     return frame.sort_values(["n_params", "val_perplexity", "trial_number"], ignore_index=True)
 
 
-def seed_columns(frame: pd.DataFrame, replicates: dict[int, dict[int, ReplicateResult]]) -> pd.DataFrame:
+def seed_columns(
+    frame: pd.DataFrame, replicates: dict[int, dict[int, ReplicateResult]], elsewhere: set[int] = frozenset()
+) -> pd.DataFrame:
     """Per row: how many seeds measured the point (1 until it is replicated), the mean, lowest and
     highest of their perplexities, and whether the point is still non-dominated among the rows
     when each is taken at its mean (a point on the front by its one seed's luck is not): None
     unless every row has as many seeds, since a mean and one draw do not compare. A replicate
     that kept another number of parameters (a method whose size is not fixed) is another model:
-    not counted."""
+    not counted. A trial measured under another setup (``elsewhere``, ``records.measured_elsewhere``)
+    is taken at its replicates alone once it has some (``replicate`` runs its own seed again)."""
+
+    def over_seeds(number: int, ppl: float, params: int) -> list[float]:
+        again = [r.val_perplexity for r in replicates.get(number, {}).values() if r.n_params == params]
+        return again if number in elsewhere and again else [ppl, *again]
+
     values = [
-        [ppl, *(r.val_perplexity for r in replicates.get(number, {}).values() if r.n_params == params)]
+        over_seeds(number, ppl, params)
         for number, ppl, params in zip(
             frame["trial_number"], frame["val_perplexity"], frame["n_params"], strict=True
         )

@@ -94,3 +94,11 @@ def replicate_setup(study: optuna.Study) -> str:
         "dense": study.user_attrs.get("dense_val_perplexity"),
     }
     return hashlib.sha256(json.dumps(setup, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def measured_elsewhere(trials: list[FrozenTrial], setup: str) -> set[int]:
+    """The trials whose own result was measured under another setup than ``setup`` (a study
+    resumed with other trial settings): their own value does not average with replicates of
+    this one, so ``replicate`` measures the study's own seed again for them. A trial of a
+    version before trials recorded their setup counts as this setup's."""
+    return {t.number for t in trials if t.user_attrs.get("setup", setup) != setup}

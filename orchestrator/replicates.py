@@ -20,7 +20,7 @@ import os
 import shlex
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +28,13 @@ import optuna
 from optuna_dashboard import save_note
 from ray.tune import Callback
 
-from orchestrator.config import StudyConfig
+from orchestrator.config import StudyConfig, config_from_raw
 from orchestrator.errors import UserError
 from orchestrator.execution import ERROR_KEY, RESULT_KEY, RunStopper, error_line, train_on_worker
 from orchestrator.export import study_table, write_table
 from orchestrator.interrupts import Interrupted, wind_down
 from orchestrator.progress import PhaseProgress, say
-from orchestrator.records import TRIAL_SECTIONS, TrialRecord, replicate_setup
+from orchestrator.records import TRIAL_SECTIONS, TrialRecord, measured_elsewhere, replicate_setup
 from orchestrator.report import front_note
 from orchestrator.runner import (
     RunOptions,
@@ -56,6 +56,8 @@ from orchestrator.storage import (
 )
 from trainers.trial import TrialSetup
 
+MAX_SEEDS = 100  # more would be a typing mistake: each seed retrains the whole front
+
 
 @dataclass(frozen=True)
 class Job:
@@ -73,14 +75,20 @@ def replicate_seeds(study_seed: int, n_seeds: int) -> list[int]:
     return [study_seed + k for k in range(1, n_seeds + 1)]
 
 
-def plan(points: list[dict], done: dict[int, dict], seeds: list[int]) -> list[Job]:
+def plan(
+    points: list[dict], done: dict[int, dict], seeds: list[int], again: tuple[int, set[int]] = (0, set())
+) -> list[Job]:
     """The replicates still to run: each point (a frontier row) at each seed it has no result
-    for yet, seed by seed (a run stopped half-way has whole seeds of the front)."""
+    for yet, seed by seed (a run stopped half-way has whole seeds of the front). ``again``: the
+    study's seed and the trials measured under another setup (``records.measured_elsewhere``),
+    which are run at the study's seed too."""
+    study_seed, elsewhere = again
     return [
         Job(row["trial_number"], seed, json.loads(row["params"]), row["val_perplexity"], row["n_params"])
-        for seed in seeds
+        for seed in [study_seed, *seeds]
         for row in points
-        if seed not in done.get(row["trial_number"], {})
+        if (seed != study_seed or row["trial_number"] in elsewhere)
+        and seed not in done.get(row["trial_number"], {})
     ]
 
 
@@ -96,26 +104,45 @@ def points_to_replicate(study: optuna.Study, front: list[dict]) -> list[dict]:
     return [*front, *control]
 
 
-def check_same_setup(stored: dict, given: dict, study_name: str) -> None:
+# Settings of how a trial runs, not of what it measures: a replicate may use others.
+EXECUTION_ONLY = {("trial", "threads"), ("trial", "device")}
+
+
+def resolved_sections(cfg: StudyConfig) -> dict[str, dict[str, Any]]:
+    """The settings that decide what a trial trains and how it is scored, defaults filled in."""
+    return {
+        "corpus": asdict(cfg.corpus),
+        "model": dict(cfg.model),
+        "pretrain": asdict(cfg.pretrain) if cfg.pretrain else {},
+        "trial": asdict(cfg.budget),
+        "study": {"seed": cfg.study.seed},
+    }
+
+
+def check_same_setup(stored: dict, cfg: StudyConfig, study_name: str) -> None:
     """The study file (with its --set values) trains and scores trials as the study did: every
-    key of ``records.TRIAL_SECTIONS`` and ``[study] seed`` equal to the configuration the study
-    stored (a replicate from a file that differs in one would not measure the same point)."""
-
-    def value(raw: dict, section: str, key: str) -> Any:
-        return raw.get(section, {}).get(key, "(not set)")
-
-    keys = [
-        (section, key)
-        for section in TRIAL_SECTIONS
-        for key in {**stored.get(section, {}), **given.get(section, {})}
-    ]
-    for section, key in [*keys, ("study", "seed")]:
-        here, there = value(given, section, key), value(stored, section, key)
-        if here != there:
-            raise UserError(
-                f"[{section}] {key} is {here!r} here but {there!r} in the run of study "
-                f"{study_name!r}: replicate with the study file (and --set values) it ran with"
-            )
+    value of ``records.TRIAL_SECTIONS`` and ``[study] seed``, as resolved (a default written out
+    is the default), equal to those of the configuration the study stored; a replicate from a
+    file that differs in one would not measure the same point. A stored configuration this
+    version cannot read (a key since removed) is compared as written."""
+    try:
+        ran = resolved_sections(config_from_raw(cfg.source, stored))
+        here = resolved_sections(cfg)
+    except UserError:
+        ran = {section: stored.get(section, {}) for section in (*TRIAL_SECTIONS, "study")}
+        here = {section: cfg.raw.get(section, {}) for section in (*TRIAL_SECTIONS, "study")}
+        ran["study"], here["study"] = (
+            {"seed": ran["study"].get("seed", 0)},
+            {"seed": here["study"].get("seed", 0)},
+        )
+    for section in (*TRIAL_SECTIONS, "study"):
+        for key in {**ran[section], **here[section]}:
+            mine, theirs = here[section].get(key, "(not set)"), ran[section].get(key, "(not set)")
+            if mine != theirs and (section, key) not in EXECUTION_ONLY:
+                raise UserError(
+                    f"[{section}] {key} is {mine!r} here but {theirs!r} in the run of study "
+                    f"{study_name!r}: replicate with the study file (and --set values) it ran with"
+                )
 
 
 class ReplicateRun:
@@ -198,8 +225,8 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
     front, then, holding the study's lease as ``run`` does (released on the way out), the corpus
     and the dense checkpoint, which must be the one the study pruned; only the corpus's caches
     and a checkpoint to rebuild are written before that, as ``run`` writes them."""
-    if n_seeds < 1:
-        raise UserError(f"--seeds must be at least 1, got {n_seeds}")
+    if not 1 <= n_seeds <= MAX_SEEDS:
+        raise UserError(f"--seeds must be 1 to {MAX_SEEDS}, got {n_seeds}")
     preflight(cfg, opts)
     store = open_store(opts.storage_url, create=False)  # a study to replicate must exist
     study = load_existing_study(store, opts.study_name)
@@ -207,7 +234,7 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
     if stored is None:  # a study of a version before the configuration was stored
         say(f"study {opts.study_name!r} stored no configuration: assuming it ran with this study file")
     else:
-        check_same_setup(stored, cfg.raw, opts.study_name)
+        check_same_setup(stored, cfg, opts.study_name)
     setup_key = replicate_setup(study)
     seeds = replicate_seeds(cfg.study.seed, n_seeds)
 
@@ -215,16 +242,17 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
         front = read_frontier(store, opts.study_name)
         if not front:
             raise UserError(f"study {opts.study_name!r} has no front to replicate (no complete trial)")
-        return front, plan(
-            points_to_replicate(study, front), read_replicates(store, opts.study_name, setup_key), seeds
-        )
+        elsewhere = measured_elsewhere(study.get_trials(deepcopy=False), setup_key)
+        done = read_replicates(store, opts.study_name, setup_key)
+        return front, plan(points_to_replicate(study, front), done, seeds, (cfg.study.seed, elsewhere))
 
     jobs_now()  # a study without a front is refused before its lease is taken
     with hold_lease(store, opts.study_name, cfg.study.lease_seconds) as lease:
         if lease.takeover:
             say(lease.takeover.describe())
         front, jobs = jobs_now()  # the front as it is now that no run can change it
-        trial_setup = _trial_setup(cfg, opts, study) if jobs else None  # checked before the table
+        corpus, model_cfg = prepare_inputs(cfg, cache_dir=opts.artifacts / "cache")  # checked as run does
+        trial_setup = _trial_setup(cfg, opts, study, corpus, model_cfg) if jobs else None
         create_own_tables(store)  # a database of an earlier version gains the replicates' table
         control = (
             " and the dense control"
@@ -233,7 +261,7 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
         )
         say(
             f"study {opts.study_name!r} in {store.safe_url}: {len(front)} points on the front{control}, "
-            f"seeds {seeds}: {len(jobs)} replicates to run"
+            f"seeds {seeds[0]}-{seeds[-1]}: {len(jobs)} replicates to run"
         )
         run = None
         if jobs:
@@ -245,13 +273,12 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
         # the dashboard's note: the front with each point over its seeds
         save_note(study, front_note(study, read_replicates(store, opts.study_name, setup_key)))
     csv = write_table(study_table(store, study), opts.output_csv)
-    say(f"Pareto front with each point's perplexity over its seeds -> {csv}")
+    say(f"Pareto front with each point's perplexity over every seed recorded for it -> {csv}")
     return ReplicateSummary(csv, run.recorded if run else 0, run.failed if run else [])
 
 
-def _trial_setup(cfg: StudyConfig, opts: RunOptions, study: optuna.Study) -> TrialSetup:
+def _trial_setup(cfg: StudyConfig, opts: RunOptions, study: optuna.Study, corpus, model_cfg) -> TrialSetup:
     """What every replicate shares: the corpus and the dense checkpoint the study pruned."""
-    corpus, model_cfg = prepare_inputs(cfg, cache_dir=opts.artifacts / "cache")
     dense = study_dense_checkpoint(cfg, corpus, model_cfg, opts.artifacts, progress=PhaseProgress())
     pruned_from = study.user_attrs.get("dense_val_perplexity")
     if pruned_from is not None and not math.isclose(dense.val_perplexity, pruned_from, rel_tol=1e-6):

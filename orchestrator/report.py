@@ -11,7 +11,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from orchestrator.frontier import hypervolume, pareto_front
-from orchestrator.records import TrialRecord
+from orchestrator.records import TrialRecord, measured_elsewhere, replicate_setup
 from orchestrator.storage import ReplicateResult
 
 SPARSITY_BANDS = ((0.0, 0.0), (0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))
@@ -64,10 +64,13 @@ class SeedSpread:
 
 
 def seed_spread(
-    front: list[FrozenTrial], control: FrozenTrial | None, replicates: dict[int, dict[int, ReplicateResult]]
+    front: list[FrozenTrial],
+    control: FrozenTrial | None,
+    replicates: dict[int, dict[int, ReplicateResult]],
+    elsewhere: set[int] = frozenset(),
 ) -> SeedSpread | None:
     """The front's spread over seeds, and the dense control's, or None while none of the front's
-    points was replicated."""
+    points was replicated (``elsewhere``: as ``export.seed_columns`` takes it)."""
     import pandas as pd
 
     from orchestrator.export import seed_columns
@@ -80,7 +83,7 @@ def seed_spread(
                 "n_params": [t.values[1] for t in trials],
             }
         )
-        return frame, seed_columns(frame, replicates)
+        return frame, seed_columns(frame, replicates, elsewhere)
 
     frame, seeds = columns(front)
     measured = seeds["seeds"] > 1
@@ -163,7 +166,10 @@ def study_status(
         stopped_budget_steps=sum(t.user_attrs.get("finetune_steps", 0) for t in stopped),
         last_failure=last_failure(trials),
         seed_spread=seed_spread(
-            front, next((t for t in done if t.user_attrs.get("dense_control")), None), replicates or {}
+            front,
+            next((t for t in done if t.user_attrs.get("dense_control")), None),
+            replicates or {},
+            measured_elsewhere(done, replicate_setup(study)),
         ),
     )
 
@@ -250,6 +256,7 @@ def front_note(study: optuna.Study, replicates: dict[int, dict[int, ReplicateRes
             }
         ),
         replicates or {},
+        measured_elsewhere(done, replicate_setup(study)),
     )
     replicated = bool(len(front)) and bool((seeds["seeds"] > 1).any())
 

@@ -443,8 +443,14 @@ def ray_session(opts: RunOptions, cpus_per_trial: float) -> Iterator[None]:
     local = {} if opts.ray_address else {"num_cpus": max(1, math.ceil(cpus_per_trial * opts.max_concurrent))}
     joined = ray.is_initialized()
     if not joined:
-        with keep_sigterm_handler():
-            _init_ray(opts, local)
+        try:
+            with keep_sigterm_handler():
+                _init_ray(opts, local)
+        except SystemExit as stop:  # ray.init's own SIGTERM handler, there while it starts: sys.exit(15)
+            ray.shutdown()  # what it had started
+            if stop.code == signal.SIGTERM:
+                raise Interrupted(signal.SIGTERM) from None
+            raise
     try:
         yield
     finally:

@@ -59,21 +59,67 @@ def test_the_plan_runs_each_front_point_at_each_seed_it_has_no_result_for():
     assert plan(front, {0: {1: 1.0, 2: 1.0}, 3: {1: 1.0, 2: 1.0}}, [1, 2]) == []
 
 
-def test_a_study_file_that_trains_or_scores_otherwise_is_refused_by_key():
-    stored = {"study": {"seed": 0, "n_trials": 3}, "trial": {"prune_steps": 30, "eval_tokens": 2048}}
-    check_same_setup(stored, {**stored, "study": {"seed": 0, "n_trials": 40}}, "s")  # [study] n_trials: free
-    for given, fragment in (
-        (
-            {**stored, "trial": {"prune_steps": 50, "eval_tokens": 2048}},
-            "[trial] prune_steps is 50 here but 30",
-        ),
-        ({**stored, "trial": {"prune_steps": 30}}, "[trial] eval_tokens is '(not set)' here but 2048"),
-        ({**stored, "study": {"seed": 1}}, "[study] seed is 1 here but 0"),
-        ({**stored, "model": {"n_layer": 2}}, "[model] n_layer is 2 here"),
+def test_a_study_file_that_trains_or_scores_otherwise_is_refused_by_its_resolved_values(tmp_path):
+    from orchestrator.config import load_study_config
+
+    path = study_file(tmp_path)
+    stored = load_study_config(path).raw  # what the study ran with (smoke: finetune_steps 10)
+
+    def given(*overrides: str):
+        return load_study_config(path, list(overrides))
+
+    # the same values written out, and how a trial runs (threads, device), are the same setup
+    for same in (
+        ["study.seed=0"],
+        ["model.dropout=0.0"],
+        ["corpus.tokenizer=char"],
+        ["trial.threads=2", "trial.device=cpu"],
+        ["study.n_trials=40"],
+    ):
+        check_same_setup(stored, given(*same), "s")
+    for overrides, fragment in (
+        (["trial.finetune_steps=20"], "[trial] finetune_steps is 20 here but 10"),
+        (["trial.eval_tokens=4096"], "[trial] eval_tokens is 4096 here but 2048"),
+        (["study.seed=1"], "[study] seed is 1 here but 0"),
+        (["model.n_layer=3"], "[model] n_layer is 3 here but 2"),
+        (["pretrain.steps=61"], "[pretrain] steps is 61 here but 60"),
     ):
         with pytest.raises(UserError, match="replicate with the study file") as err:
-            check_same_setup(stored, given, "s")
+            check_same_setup(stored, given(*overrides), "s")
         assert fragment in str(err.value)
+
+
+def test_a_point_measured_under_an_earlier_setup_is_measured_again_at_the_studys_seed():
+    """A study resumed with other trial settings: trial 3's own value is of the old setup."""
+    points = [front_row(3), front_row(5)]
+    jobs = plan(points, {}, [1, 2], again=(0, {3}))
+    assert [(j.trial_number, j.seed) for j in jobs] == [(3, 0), (3, 1), (5, 1), (3, 2), (5, 2)]
+    frame = pd.DataFrame({"trial_number": [3, 5], "val_perplexity": [9.0, 5.0], "n_params": [1000, 900]})
+    again = {
+        3: {0: ReplicateResult(6.0, 1000), 1: ReplicateResult(6.2, 1000)},
+        5: {1: ReplicateResult(5.2, 900)},
+    }
+    columns = seed_columns(frame, again, elsewhere={3})
+    assert list(columns["seeds"]) == [2, 2]  # trial 3: its two replicates, not the old 9.0
+    assert list(columns["val_perplexity_mean"]) == pytest.approx([6.1, 5.1])
+    columns = seed_columns(frame, {}, elsewhere={3})  # nothing measured again yet: its own value
+    assert list(columns["val_perplexity_mean"]) == [9.0, 5.0]
+
+
+def test_ray_stopping_the_process_while_it_starts_is_an_interrupt(monkeypatch, tmp_path):
+    """ray.init installs its own SIGTERM handler while it starts (sys.exit(15)): that exit
+    becomes the interrupt every command reports (143, its line), with Ray shut down."""
+    from orchestrator import runner
+    from orchestrator.interrupts import Interrupted
+
+    def killed_while_starting(opts, local):
+        raise SystemExit(signal.SIGTERM)
+
+    monkeypatch.setattr(runner, "_init_ray", killed_while_starting)
+    opts = runner.RunOptions("sqlite://", "s", 1, 1, tmp_path, tmp_path / "x.csv")
+    with pytest.raises(Interrupted) as stop, runner.ray_session(opts, 1):
+        pass
+    assert stop.value.exit_code == 143
 
 
 def test_seed_columns_give_mean_range_and_whether_a_point_holds_on_its_mean():
@@ -197,7 +243,7 @@ def test_a_mismatched_study_file_a_held_lease_or_another_dense_model_writes_noth
     other = cli_in_process("replicate", str(path), "--set", "trial.finetune_steps=11", cwd=tmp_path)
     assert_user_error(other, "[trial] finetune_steps is 11 here but 10", "replicate with the study file")
     seed = cli_in_process("replicate", str(path), "--set", "study.seed=4", cwd=tmp_path)
-    assert_user_error(seed, "[study] seed is 4 here but '(not set)'")
+    assert_user_error(seed, "[study] seed is 4 here but 0")
     assert "trial_replicates" not in tables()
     with open_store(url, create=False).engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT COUNT(*) FROM study_lease").scalar() == 0
@@ -232,7 +278,10 @@ def test_replicate_trains_the_front_again_resumes_and_leaves_the_study_alone(tmp
         for t in optuna.load_study(study_name="smoke", storage=store.storage).trials
     ]
     front = read_frontier(store, "smoke")
-    points = points_to_replicate(optuna.load_study(study_name="smoke", storage=store.storage), front)
+    study = optuna.load_study(study_name="smoke", storage=store.storage)
+    points = points_to_replicate(study, front)
+    # each trial records the setup it was measured under: its replicates must match it
+    assert {t.user_attrs["setup"] for t in study.trials} == {smoke_setup(store)}
 
     first = launch("replicate", str(SMOKE), "--seeds", "1", cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -271,9 +320,10 @@ def test_replicate_refuses_bad_input_before_writing(tmp_path):
     missing = launch("replicate", str(path), cwd=tmp_path)
     assert_user_error(missing, "no database at runs/smoke.db")
     assert not (tmp_path / "runs").exists()
-    assert_user_error(
-        launch("replicate", str(path), "--seeds", "0", cwd=tmp_path), "--seeds must be at least 1"
-    )
+    for seeds in ("0", "1000000000000"):  # a typo's seeds are refused before any list is built
+        too_many = cli_in_process("replicate", str(path), "--seeds", seeds, cwd=tmp_path)
+        assert_user_error(too_many, f"--seeds must be 1 to 100, got {seeds}")
+    assert not (tmp_path / "runs").exists()
 
 
 def test_the_dense_control_is_replicated_also_when_the_front_leaves_it_out():
