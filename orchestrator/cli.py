@@ -232,13 +232,11 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from orchestrator.records import replicate_setup
+    from orchestrator.export import replicated
     from orchestrator.report import format_status, study_status
-    from orchestrator.storage import read_replicates
 
     store, study = _open_study(args)
-    replicates = read_replicates(store, study.study_name, replicate_setup(study))
-    print(format_status(study_status(study, replicates)))
+    print(format_status(study_status(study, replicated(store, study))))
     return 0
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -247,3 +249,34 @@ def _check_model(path: Path, table: Any, corpus: dict[str, Any]) -> dict[str, An
     if corpus["tokenizer"] == "model" and not model["path"]:
         raise UserError(f"{path}: [corpus] tokenizer = 'model' needs [model] path (the tokenizer beside it)")
     return model
+
+
+# The sections that decide what a trial trains and how it is scored, and the keys of them that
+# only say how a trial runs (a replicate may use others: the same measurement).
+MEASUREMENT_SECTIONS = ("corpus", "model", "pretrain", "trial")
+EXECUTION_ONLY = {("trial", "threads"), ("trial", "device")}
+
+
+def measurement_settings(cfg: StudyConfig) -> dict[str, dict[str, Any]]:
+    """What a trial's result depends on besides its hyperparameters, defaults filled in (a
+    default written out is the default): ``MEASUREMENT_SECTIONS`` but ``EXECUTION_ONLY``, and
+    ``[study] seed`` (every trial's batches)."""
+    resolved = {
+        "corpus": asdict(cfg.corpus),
+        "model": dict(cfg.model),
+        "pretrain": asdict(cfg.pretrain) if cfg.pretrain else {},
+        "trial": asdict(cfg.budget),
+    }
+    settings = {
+        section: {k: v for k, v in values.items() if (section, k) not in EXECUTION_ONLY}
+        for section, values in resolved.items()
+    }
+    return {**settings, "study": {"seed": cfg.study.seed}}
+
+
+def setup_digest(cfg: StudyConfig, dense_val_perplexity: float | None) -> str:
+    """A short digest of what a trial is measured under: ``measurement_settings`` and the dense
+    checkpoint's perplexity. Each COMPLETE trial and each replicate carries it: results under
+    another digest (a study resumed with other trial settings) do not average together."""
+    setup = {"settings": measurement_settings(cfg), "dense": dense_val_perplexity}
+    return hashlib.sha256(json.dumps(setup, sort_keys=True, default=str).encode()).hexdigest()[:16]

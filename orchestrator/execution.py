@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import optuna
 import ray
@@ -29,7 +29,7 @@ from ray.tune.stopper import Stopper
 from orchestrator.early_stopping import RUNG_KEY
 from orchestrator.front_gaps import gap_fill_point
 from orchestrator.progress import say
-from orchestrator.records import OBJECTIVES, record_result, replicate_setup
+from orchestrator.records import OBJECTIVES, record_result
 from orchestrator.search_space import Range, SearchSpace
 from trainers.hparams import TrialHParams
 from trainers.trial import TRANSIENT_ERRORS, RungReport, TrialSetup, run_trial
@@ -160,6 +160,7 @@ class StudyDriver:
         self.n_failed = 0  # in this run
         # (the scheduler never stops the dense control: a finished one is COMPLETE)
         self.dense_control_pending = not any(t.user_attrs.get("dense_control") for t in finished)
+        self.setup: str | None = None  # config.setup_digest, once the dense checkpoint is known
         self.live: dict[str, optuna.Trial] = {}  # Tune trial id -> Optuna trial
         self.started: dict[str, float] = {}
         self.curves: dict[str, list[list[float]]] = {}  # Tune trial id -> rung reports so far
@@ -305,7 +306,8 @@ class StudyDriver:
             self.n_failed += 1
         else:
             record_result(trial, outcome)
-            trial.set_user_attr("setup", replicate_setup(self.study))  # what its replicates must match
+            if self.setup is not None:  # what its replicates must match
+                trial.set_user_attr("setup", self.setup)
             self.trial_cpu_seconds += outcome["cpu_seconds"]
             trial.set_user_attr("wall_seconds", seconds)
             trial.set_user_attr("node_id", result.get("node_id", ""))
@@ -337,11 +339,19 @@ class StudySearcher(Searcher):
         return {k: v for k, v in self.__dict__.items() if k != "driver"} | {"driver": None}
 
 
+class Stoppable(Protocol):
+    """What ``RunStopper`` asks: a study's driver, or ``replicates.ReplicateRun``."""
+
+    interrupted_by: int | None
+
+    def still_leased(self) -> bool: ...
+
+
 class RunStopper(Stopper):
     """Stops the whole Tune run once the driver has lost its study's lease or was interrupted."""
 
-    def __init__(self, driver: StudyDriver) -> None:
-        self.driver: StudyDriver | None = driver
+    def __init__(self, driver: Stoppable) -> None:
+        self.driver: Stoppable | None = driver
 
     def __call__(self, trial_id: str, result: dict) -> bool:
         return False

@@ -6,13 +6,15 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
+from typing import NamedTuple
 
 import optuna
 import pandas as pd
+from optuna.trial import FrozenTrial
 
 from orchestrator.errors import UserError
 from orchestrator.frontier import pareto_front
-from orchestrator.records import RESULT_COLUMNS, TrialRecord, measured_elsewhere, replicate_setup
+from orchestrator.records import RESULT_COLUMNS, TrialRecord, measured_elsewhere
 from orchestrator.storage import ReplicateResult, StudyStore, complete_trials, read_frontier, read_replicates
 
 # Each point's validation perplexity over its seeds: the study's and its replicates'.
@@ -37,27 +39,47 @@ def study_table(store: StudyStore, study: optuna.Study, everything: bool = False
         raise UserError(f"study {study.study_name!r} has no complete trial to export")
     frame = pd.DataFrame(rows)
     params = pd.DataFrame([json.loads(p) for p in frame["params"]]).add_prefix("params_")
-    setup = replicate_setup(study)
-    elsewhere = measured_elsewhere(complete_trials(study), setup)
-    seeds = seed_columns(frame, read_replicates(store, study.study_name, setup), elsewhere)
+    seeds = seed_columns(frame, replicated(store, study))
     frame = pd.concat([frame[list(RESULT_COLUMNS)], seeds, params], axis=1)
     return frame.sort_values(["n_params", "val_perplexity", "trial_number"], ignore_index=True)
 
 
-def seed_columns(
-    frame: pd.DataFrame, replicates: dict[int, dict[int, ReplicateResult]], elsewhere: set[int] = frozenset()
-) -> pd.DataFrame:
+class Replicated(NamedTuple):
+    """A study's replicates under its current setup, and the trials measured under another."""
+
+    results: dict[int, dict[int, ReplicateResult]]  # trial number -> seed -> result
+    elsewhere: set[int]  # records.measured_elsewhere
+
+    @classmethod
+    def none(cls) -> Replicated:
+        return cls({}, set())
+
+
+def replicated(store: StudyStore, study: optuna.Study) -> Replicated:
+    """What ``launch-study replicate`` recorded for the study under the setup its last run
+    measured (``[study] setup``, ``config.setup_digest``); none before a run has stored one."""
+    setup = study.user_attrs.get("setup")
+    if setup is None:
+        return Replicated.none()
+    return Replicated(
+        read_replicates(store, study.study_name, setup), measured_elsewhere(complete_trials(study), setup)
+    )
+
+
+def seed_columns(frame: pd.DataFrame, replicates: Replicated) -> pd.DataFrame:
     """Per row: how many seeds measured the point (1 until it is replicated), the mean, lowest and
     highest of their perplexities, and whether the point is still non-dominated among the rows
     when each is taken at its mean (a point on the front by its one seed's luck is not): None
     unless every row has as many seeds, since a mean and one draw do not compare. A replicate
     that kept another number of parameters (a method whose size is not fixed) is another model:
-    not counted. A trial measured under another setup (``elsewhere``, ``records.measured_elsewhere``)
-    is taken at its replicates alone once it has some (``replicate`` runs its own seed again)."""
+    not counted. A trial measured under another setup (``Replicated.elsewhere``) is taken at its
+    replicates alone once it has some (``replicate`` runs it again at the study's seed)."""
 
     def over_seeds(number: int, ppl: float, params: int) -> list[float]:
-        again = [r.val_perplexity for r in replicates.get(number, {}).values() if r.n_params == params]
-        return again if number in elsewhere and again else [ppl, *again]
+        again = [
+            r.val_perplexity for r in replicates.results.get(number, {}).values() if r.n_params == params
+        ]
+        return again if number in replicates.elsewhere and again else [ppl, *again]
 
     values = [
         over_seeds(number, ppl, params)
@@ -82,6 +104,18 @@ def seed_columns(
         },
         index=frame.index,
     )
+
+
+def trials_over_seeds(trials: list[FrozenTrial], replicates: Replicated) -> pd.DataFrame:
+    """``seed_columns`` of COMPLETE trials, with their ``trial_number`` (status, the note)."""
+    frame = pd.DataFrame(
+        {
+            "trial_number": [t.number for t in trials],
+            "val_perplexity": [t.values[0] for t in trials],
+            "n_params": [t.values[1] for t in trials],
+        }
+    )
+    return pd.concat([frame[["trial_number"]], seed_columns(frame, replicates)], axis=1)
 
 
 def write_table(frame: pd.DataFrame, output: Path, fmt: str = "csv") -> Path:

@@ -9,7 +9,6 @@ export show.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, fields
 from typing import Any
@@ -78,27 +77,9 @@ class TrialRecord:
 RESULT_COLUMNS = tuple(f.name for f in fields(TrialRecord) if f.name != "hparams")
 
 
-# The study file's sections that decide what a trial trains and how it is scored.
-TRIAL_SECTIONS = ("corpus", "model", "pretrain", "trial")
-
-
-def replicate_setup(study: optuna.Study) -> str:
-    """What a replicate of this study's points is measured under, as a short digest: the trial
-    sections of the configuration the study stored, its seed and its dense checkpoint's
-    perplexity. A study resumed with other trial settings stores another configuration, and
-    the replicates measured under the old one no longer count."""
-    config = study.user_attrs.get("config") or {}
-    setup = {
-        "sections": {name: config.get(name) for name in TRIAL_SECTIONS},
-        "seed": (config.get("study") or {}).get("seed", 0),
-        "dense": study.user_attrs.get("dense_val_perplexity"),
-    }
-    return hashlib.sha256(json.dumps(setup, sort_keys=True).encode()).hexdigest()[:16]
-
-
 def measured_elsewhere(trials: list[FrozenTrial], setup: str) -> set[int]:
-    """The trials whose own result was measured under another setup than ``setup`` (a study
-    resumed with other trial settings): their own value does not average with replicates of
-    this one, so ``replicate`` measures the study's own seed again for them. A trial of a
-    version before trials recorded their setup counts as this setup's."""
+    """The trials whose own result was measured under another setup than ``setup``
+    (``config.setup_digest``; a study resumed with other trial settings): their own value does
+    not average with replicates of this one, so ``replicate`` measures them again at the study's
+    seed. A trial of a version before trials recorded their setup counts as this setup's."""
     return {t.number for t in trials if t.user_attrs.get("setup", setup) != setup}

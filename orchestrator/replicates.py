@@ -9,7 +9,9 @@ study's trials, records each result in ``trial_replicates`` as it finishes (a ru
 resumes where it was), and rewrites the Pareto CSV, which then gives each point's mean and range
 over its seeds and whether it stays on the front by its mean (``export.seed_columns``).
 
-It changes nothing of the Optuna study: replicates are not trials, the sampler never sees them.
+Replicates are not trials: the study's trials, its sampler and the frontier table are left as
+they were; the study gains its ``setup`` digest where an earlier version stored none, and the
+dashboard's note the seeds.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import os
 import shlex
 import signal
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +30,20 @@ import optuna
 from optuna_dashboard import save_note
 from ray.tune import Callback
 
-from orchestrator.config import StudyConfig, config_from_raw
+from orchestrator.config import (
+    EXECUTION_ONLY,
+    MEASUREMENT_SECTIONS,
+    StudyConfig,
+    config_from_raw,
+    measurement_settings,
+    setup_digest,
+)
 from orchestrator.errors import UserError
 from orchestrator.execution import ERROR_KEY, RESULT_KEY, RunStopper, error_line, train_on_worker
-from orchestrator.export import study_table, write_table
+from orchestrator.export import replicated, study_table, write_table
 from orchestrator.interrupts import Interrupted, wind_down
 from orchestrator.progress import PhaseProgress, say
-from orchestrator.records import TRIAL_SECTIONS, TrialRecord, measured_elsewhere, replicate_setup
+from orchestrator.records import TrialRecord, measured_elsewhere
 from orchestrator.report import front_note
 from orchestrator.runner import (
     RunOptions,
@@ -71,18 +80,17 @@ class Job:
 
 
 def replicate_seeds(study_seed: int, n_seeds: int) -> list[int]:
-    """The seeds after the study's own: ``n_seeds`` of them."""
+    """The ``n_seeds`` seeds after the study's own, in order: a rerun with a larger ``--seeds``
+    extends the seeds already run rather than drawing others."""
     return [study_seed + k for k in range(1, n_seeds + 1)]
 
 
 def plan(
-    points: list[dict], done: dict[int, dict], seeds: list[int], again: tuple[int, set[int]] = (0, set())
+    points: list[dict], done: dict[int, dict], seeds: list[int], *, study_seed: int, elsewhere: set[int]
 ) -> list[Job]:
     """The replicates still to run: each point (a frontier row) at each seed it has no result
-    for yet, seed by seed (a run stopped half-way has whole seeds of the front). ``again``: the
-    study's seed and the trials measured under another setup (``records.measured_elsewhere``),
-    which are run at the study's seed too."""
-    study_seed, elsewhere = again
+    for yet, seed by seed (a run stopped half-way has whole seeds of the front); a point measured
+    under another setup (``elsewhere``, ``records.measured_elsewhere``) at the study's seed too."""
     return [
         Job(row["trial_number"], seed, json.loads(row["params"]), row["val_perplexity"], row["n_params"])
         for seed in [study_seed, *seeds]
@@ -104,41 +112,27 @@ def points_to_replicate(study: optuna.Study, front: list[dict]) -> list[dict]:
     return [*front, *control]
 
 
-# Settings of how a trial runs, not of what it measures: a replicate may use others.
-EXECUTION_ONLY = {("trial", "threads"), ("trial", "device")}
-
-
-def resolved_sections(cfg: StudyConfig) -> dict[str, dict[str, Any]]:
-    """The settings that decide what a trial trains and how it is scored, defaults filled in."""
-    return {
-        "corpus": asdict(cfg.corpus),
-        "model": dict(cfg.model),
-        "pretrain": asdict(cfg.pretrain) if cfg.pretrain else {},
-        "trial": asdict(cfg.budget),
-        "study": {"seed": cfg.study.seed},
-    }
-
-
 def check_same_setup(stored: dict, cfg: StudyConfig, study_name: str) -> None:
-    """The study file (with its --set values) trains and scores trials as the study did: every
-    value of ``records.TRIAL_SECTIONS`` and ``[study] seed``, as resolved (a default written out
-    is the default), equal to those of the configuration the study stored; a replicate from a
-    file that differs in one would not measure the same point. A stored configuration this
-    version cannot read (a key since removed) is compared as written."""
+    """The study file (with its --set values) measures trials as the study did: its
+    ``config.measurement_settings`` equal those of the configuration the study stored (a
+    replicate from a file that differs in one would not measure the same point). Paths are
+    compared as written (the dense checkpoint's score catches another corpus at the same path).
+    A stored configuration this version cannot read (a key since removed) is compared as
+    written, section by section."""
     try:
-        ran = resolved_sections(config_from_raw(cfg.source, stored))
-        here = resolved_sections(cfg)
+        ran, here = measurement_settings(config_from_raw(cfg.source, stored)), measurement_settings(cfg)
     except UserError:
-        ran = {section: stored.get(section, {}) for section in (*TRIAL_SECTIONS, "study")}
-        here = {section: cfg.raw.get(section, {}) for section in (*TRIAL_SECTIONS, "study")}
-        ran["study"], here["study"] = (
-            {"seed": ran["study"].get("seed", 0)},
-            {"seed": here["study"].get("seed", 0)},
-        )
-    for section in (*TRIAL_SECTIONS, "study"):
-        for key in {**ran[section], **here[section]}:
-            mine, theirs = here[section].get(key, "(not set)"), ran[section].get(key, "(not set)")
-            if mine != theirs and (section, key) not in EXECUTION_ONLY:
+        sections = (*MEASUREMENT_SECTIONS, "study")
+        ran = {section: dict(stored.get(section, {})) for section in sections}
+        here = {section: dict(cfg.raw.get(section, {})) for section in sections}
+        for values in (ran, here):
+            values["study"] = {"seed": values["study"].get("seed", 0)}
+            for section, key in EXECUTION_ONLY:
+                values[section].pop(key, None)
+    for section, values in here.items():
+        for key in {**ran[section], **values}:
+            mine, theirs = values.get(key, "(not set)"), ran[section].get(key, "(not set)")
+            if mine != theirs:
                 raise UserError(
                     f"[{section}] {key} is {mine!r} here but {theirs!r} in the run of study "
                     f"{study_name!r}: replicate with the study file (and --set values) it ran with"
@@ -149,10 +143,8 @@ class ReplicateRun:
     """The replicates of one ``launch-study replicate``: records each as it finishes, and is
     the driver ``RunStopper`` asks whether to stop (a signal, or the study's lease lost)."""
 
-    def __init__(
-        self, store: StudyStore, study_name: str, setup_key: str, jobs: list[Job], still_leased
-    ) -> None:
-        self.store, self.study_name, self.setup_key, self.jobs = store, study_name, setup_key, jobs
+    def __init__(self, store: StudyStore, study_name: str, setup: str, jobs: list[Job], still_leased) -> None:
+        self.store, self.study_name, self.setup, self.jobs = store, study_name, setup, jobs
         self.still_leased = still_leased
         self.interrupted_by: int | None = None
         self.recorded = 0
@@ -179,7 +171,7 @@ class ReplicateRun:
                 job["seed"],
                 replicate,
                 outcome["cpu_seconds"],
-                self.setup_key,
+                self.setup,
             )
             self.recorded += 1
             other_size = (
@@ -235,25 +227,31 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
         say(f"study {opts.study_name!r} stored no configuration: assuming it ran with this study file")
     else:
         check_same_setup(stored, cfg, opts.study_name)
-    setup_key = replicate_setup(study)
+    # The run's own digest where it stored one (the same settings: checked above), else this
+    # file's with the dense checkpoint the study recorded (a study of an earlier version).
+    setup = study.user_attrs.get("setup") or setup_digest(cfg, study.user_attrs.get("dense_val_perplexity"))
     seeds = replicate_seeds(cfg.study.seed, n_seeds)
 
     def jobs_now() -> tuple[list[dict], list[Job]]:
         front = read_frontier(store, opts.study_name)
         if not front:
             raise UserError(f"study {opts.study_name!r} has no front to replicate (no complete trial)")
-        elsewhere = measured_elsewhere(study.get_trials(deepcopy=False), setup_key)
-        done = read_replicates(store, opts.study_name, setup_key)
-        return front, plan(points_to_replicate(study, front), done, seeds, (cfg.study.seed, elsewhere))
+        done = read_replicates(store, opts.study_name, setup)
+        elsewhere = measured_elsewhere(study.get_trials(deepcopy=False), setup)
+        return front, plan(
+            points_to_replicate(study, front), done, seeds, study_seed=cfg.study.seed, elsewhere=elsewhere
+        )
 
-    jobs_now()  # a study without a front is refused before its lease is taken
+    jobs_now()  # a study without a front is refused before anything is written
+    corpus, model_cfg = prepare_inputs(cfg, cache_dir=opts.artifacts / "cache")  # checked as run does
+    create_own_tables(store)  # the replicates' table; a database of an earlier version gains columns
     with hold_lease(store, opts.study_name, cfg.study.lease_seconds) as lease:
         if lease.takeover:
             say(lease.takeover.describe())
         front, jobs = jobs_now()  # the front as it is now that no run can change it
-        corpus, model_cfg = prepare_inputs(cfg, cache_dir=opts.artifacts / "cache")  # checked as run does
         trial_setup = _trial_setup(cfg, opts, study, corpus, model_cfg) if jobs else None
-        create_own_tables(store)  # a database of an earlier version gains the replicates' table
+        if study.user_attrs.get("setup") is None:  # so that exports read these replicates back
+            study.set_user_attr("setup", setup)
         control = (
             " and the dense control"
             if any(j.trial_number not in {r["trial_number"] for r in front} for j in jobs)
@@ -266,12 +264,11 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
         run = None
         if jobs:
             run = ReplicateRun(
-                store, opts.study_name, setup_key, jobs, still_leased=lambda: not lease.lost.is_set()
+                store, opts.study_name, setup, jobs, still_leased=lambda: not lease.lost.is_set()
             )
             _run_jobs(cfg, opts, trial_setup, run)
         lease.check("the replicates still running (a rerun runs them)")
-        # the dashboard's note: the front with each point over its seeds
-        save_note(study, front_note(study, read_replicates(store, opts.study_name, setup_key)))
+        save_note(study, front_note(study, replicated(store, study)))  # the dashboard's, with the seeds
     csv = write_table(study_table(store, study), opts.output_csv)
     say(f"Pareto front with each point's perplexity over every seed recorded for it -> {csv}")
     return ReplicateSummary(csv, run.recorded if run else 0, run.failed if run else [])

@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import optuna
+import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
+from orchestrator.export import Replicated, trials_over_seeds
 from orchestrator.frontier import hypervolume, pareto_front
-from orchestrator.records import TrialRecord, measured_elsewhere, replicate_setup
-from orchestrator.storage import ReplicateResult
+from orchestrator.records import TrialRecord
 
 SPARSITY_BANDS = ((0.0, 0.0), (0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))
 
@@ -64,28 +65,11 @@ class SeedSpread:
 
 
 def seed_spread(
-    front: list[FrozenTrial],
-    control: FrozenTrial | None,
-    replicates: dict[int, dict[int, ReplicateResult]],
-    elsewhere: set[int] = frozenset(),
+    front: list[FrozenTrial], control: FrozenTrial | None, replicates: Replicated
 ) -> SeedSpread | None:
     """The front's spread over seeds, and the dense control's, or None while none of the front's
-    points was replicated (``elsewhere``: as ``export.seed_columns`` takes it)."""
-    import pandas as pd
-
-    from orchestrator.export import seed_columns
-
-    def columns(trials: list[FrozenTrial]) -> tuple[pd.DataFrame, pd.DataFrame]:
-        frame = pd.DataFrame(
-            {
-                "trial_number": [t.number for t in trials],
-                "val_perplexity": [t.values[0] for t in trials],
-                "n_params": [t.values[1] for t in trials],
-            }
-        )
-        return frame, seed_columns(frame, replicates, elsewhere)
-
-    frame, seeds = columns(front)
+    points was replicated."""
+    seeds = trials_over_seeds(front, replicates)
     measured = seeds["seeds"] > 1
     if not measured.any():
         return None
@@ -93,17 +77,20 @@ def seed_spread(
     widest = ranges.idxmax()
     dense = None
     if control is not None:
-        _, row = columns([control])
-        if row["seeds"][0] > 1:
-            dense = tuple(
-                row.loc[0, ["seeds", "val_perplexity_mean", "val_perplexity_min", "val_perplexity_max"]]
+        row = trials_over_seeds([control], replicates).iloc[0]
+        if row["seeds"] > 1:
+            dense = (
+                int(row["seeds"]),
+                row["val_perplexity_mean"],
+                row["val_perplexity_min"],
+                row["val_perplexity_max"],
             )
     return SeedSpread(
         points=int(measured.sum()),
         seeds=(int(seeds["seeds"][measured].min()), int(seeds["seeds"].max())),
         median_range=float(ranges.median()),
-        widest=(float(ranges[widest]), int(frame["trial_number"][widest])),
-        off_front=[int(n) for n in frame["trial_number"][seeds["on_front_by_mean"].eq(False)]],
+        widest=(float(ranges[widest]), int(seeds["trial_number"][widest])),
+        off_front=[int(n) for n in seeds["trial_number"][seeds["on_front_by_mean"].eq(False)]],
         dense=dense,
     )
 
@@ -113,9 +100,7 @@ def _in_band(sparsity: float, low: float, high: float) -> bool:
     return sparsity == low if low == high else low < sparsity <= high
 
 
-def study_status(
-    study: optuna.Study, replicates: dict[int, dict[int, ReplicateResult]] | None = None
-) -> StudyStatus:
+def study_status(study: optuna.Study, replicates: Replicated | None = None) -> StudyStatus:
     trials = study.get_trials(deepcopy=False)
     states: dict[str, int] = {}
     for t in trials:
@@ -168,8 +153,7 @@ def study_status(
         seed_spread=seed_spread(
             front,
             next((t for t in done if t.user_attrs.get("dense_control")), None),
-            replicates or {},
-            measured_elsewhere(done, replicate_setup(study)),
+            replicates or Replicated.none(),
         ),
     )
 
@@ -236,28 +220,14 @@ def format_status(status: StudyStatus) -> str:
     return "\n".join(lines)
 
 
-def front_note(study: optuna.Study, replicates: dict[int, dict[int, ReplicateResult]] | None = None) -> str:
+def front_note(study: optuna.Study, replicates: Replicated | None = None) -> str:
     """Markdown for the dashboard: the current front, one row per trial, with each point's
     perplexity over its seeds once ``launch-study replicate`` has measured them."""
-    import pandas as pd
-
-    from orchestrator.export import seed_columns
-
     trials = study.get_trials(deepcopy=False)
     done = [t for t in trials if t.state == TrialState.COMPLETE]
     stopped = [t for t in trials if t.state == TrialState.PRUNED]
     front = sorted(pareto_front(done, key=lambda t: (t.values[0], t.values[1])), key=lambda t: t.values[1])
-    seeds = seed_columns(
-        pd.DataFrame(
-            {
-                "trial_number": [t.number for t in front],
-                "val_perplexity": [t.values[0] for t in front],
-                "n_params": [t.values[1] for t in front],
-            }
-        ),
-        replicates or {},
-        measured_elsewhere(done, replicate_setup(study)),
-    )
+    seeds = trials_over_seeds(front, replicates or Replicated.none())
     replicated = bool(len(front)) and bool((seeds["seeds"] > 1).any())
 
     def method(trial: FrozenTrial) -> str:

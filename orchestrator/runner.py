@@ -13,7 +13,7 @@ from pathlib import Path
 import optuna
 from optuna_dashboard import save_note
 
-from orchestrator.config import HF_ONLY, StudyConfig
+from orchestrator.config import HF_ONLY, StudyConfig, setup_digest
 from orchestrator.early_stopping import ParetoHalving, ParetoHalvingScheduler
 from orchestrator.errors import UserError
 from orchestrator.execution import (
@@ -24,7 +24,7 @@ from orchestrator.execution import (
     StudySearcher,
     train_on_worker,
 )
-from orchestrator.export import study_table, write_table
+from orchestrator.export import replicated, study_table, write_table
 from orchestrator.interrupts import Interrupted, keep_sigterm_handler, wind_down
 from orchestrator.preflight import (
     check_devices,
@@ -35,7 +35,6 @@ from orchestrator.preflight import (
     check_writable_folder,
 )
 from orchestrator.progress import PhaseProgress, say
-from orchestrator.records import replicate_setup
 from orchestrator.report import dense_reference, front_note, last_failure
 from orchestrator.search_space import SearchSpace
 from orchestrator.storage import (
@@ -47,7 +46,6 @@ from orchestrator.storage import (
     fail_orphaned_trials,
     hold_lease,
     open_store,
-    read_replicates,
     refresh_frontier,
     resolve_url,
     sqlite_database,
@@ -291,7 +289,6 @@ def _run_leased(
             "stopped, and asked for them again"
         )
     refresh_frontier(store, study)  # a driver killed between tell and refresh left it stale
-    study.set_user_attr("config", cfg.raw)
     study.set_user_attr("n_trials_target", opts.n_trials)
     study.set_user_attr("max_concurrent", opts.max_concurrent)
     study.set_user_attr("versions", package_versions())
@@ -315,7 +312,12 @@ def _run_leased(
             f"dense model: val perplexity {dense.val_perplexity:.3f} "
             f"({'reused ' + str(dense.path) if dense.reused else f'pretrained in {dense.seconds:.0f}s'})"
         )
+        # What the trials of this run are measured under, stored together (a run that trains
+        # nothing changes none of them): the configuration, the dense checkpoint, their digest.
+        driver.setup = setup_digest(cfg, dense.val_perplexity)
+        study.set_user_attr("config", cfg.raw)
         study.set_user_attr("dense_val_perplexity", dense.val_perplexity)
+        study.set_user_attr("setup", driver.setup)
         if dense.bits_per_byte is not None:
             study.set_user_attr("dense_bits_per_byte", dense.bits_per_byte)
         _search(cfg, opts, driver, TrialSetup(corpus, dense, cfg.budget, cfg.study.seed))
@@ -332,7 +334,7 @@ def _run_leased(
         raise UserError(f"study {opts.study_name!r} has no complete trial to export{cause}")
     csv = write_table(study_table(store, study), opts.output_csv)
     say(f"Pareto front: {len(rows)} trials -> {csv}")
-    if not read_replicates(store, opts.study_name, replicate_setup(study)):
+    if not replicated(store, study).results:
         say(
             "each point is one draw of its trial's batches: `launch-study replicate` with this study "
             "file trains the front again at other seeds (README)"
@@ -374,7 +376,7 @@ def package_versions() -> dict[str, str]:
 def _after_trial(store: StudyStore, study: optuna.Study, driver: StudyDriver, number: int) -> None:
     """After every trial: the frontier table, the dashboard's note, one progress line."""
     front = refresh_frontier(store, study)
-    save_note(study, front_note(study, read_replicates(store, study.study_name, replicate_setup(study))))
+    save_note(study, front_note(study, replicated(store, study)))
     trials = study.get_trials(deepcopy=False)
     trial = trials[number]
     if trial.values and trial.user_attrs.get("dense_control"):
@@ -446,9 +448,11 @@ def ray_session(opts: RunOptions, cpus_per_trial: float) -> Iterator[None]:
         try:
             with keep_sigterm_handler():
                 _init_ray(opts, local)
-        except SystemExit as stop:  # ray.init's own SIGTERM handler, there while it starts: sys.exit(15)
-            ray.shutdown()  # what it had started
-            if stop.code == signal.SIGTERM:
+        except BaseException as stop:  # stopped or failed while it starts: what it started goes
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            # ray.init's own SIGTERM handler, there while it starts, exits 15: the interrupt it is
+            if isinstance(stop, SystemExit) and stop.code == signal.SIGTERM:
                 raise Interrupted(signal.SIGTERM) from None
             raise
     try:

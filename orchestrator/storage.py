@@ -84,7 +84,7 @@ class Replicate(Base):
     val_perplexity: Mapped[float] = mapped_column(sa.Float(precision=53))
     n_params: Mapped[int] = mapped_column(sa.BigInteger)
     cpu_seconds: Mapped[float] = mapped_column(sa.Float(precision=53))
-    # What the replicate was measured under (``records.replicate_setup``): a study resumed with
+    # What the replicate was measured under (``config.setup_digest``): a study resumed with
     # other trial settings no longer counts it.
     setup: Mapped[str] = mapped_column(sa.String(64))
     recorded_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True))

@@ -8,7 +8,9 @@ import math
 import os
 import signal
 import subprocess
+import tempfile
 import uuid
+from pathlib import Path
 
 import optuna
 import pandas as pd
@@ -28,8 +30,7 @@ from test_cli_errors import assert_user_error, study_file
 
 from orchestrator.errors import UserError
 from orchestrator.execution import ERROR_KEY, RESULT_KEY
-from orchestrator.export import seed_columns
-from orchestrator.records import replicate_setup
+from orchestrator.export import Replicated, seed_columns
 from orchestrator.replicates import ReplicateRun, check_same_setup, plan, points_to_replicate, replicate_seeds
 from orchestrator.storage import (
     ReplicateResult,
@@ -52,11 +53,13 @@ def front_row(number: int, **params) -> dict:
 def test_the_plan_runs_each_front_point_at_each_seed_it_has_no_result_for():
     front = [front_row(0), front_row(3, sparsity=0.5)]
     done = {3: {1: 5.0}, 7: {1: 6.0, 2: 6.1}}  # trial 7 left the front: not run again
-    jobs = plan(front, done, replicate_seeds(0, 2))
+    jobs = plan(front, done, replicate_seeds(0, 2), study_seed=0, elsewhere=set())
     assert [(j.trial_number, j.seed) for j in jobs] == [(0, 1), (0, 2), (3, 2)]
     assert jobs[-1].hparams == {"method": "importance", "sparsity": 0.5}
     assert replicate_seeds(5, 3) == [6, 7, 8]
-    assert plan(front, {0: {1: 1.0, 2: 1.0}, 3: {1: 1.0, 2: 1.0}}, [1, 2]) == []
+    assert (
+        plan(front, {0: {1: 1.0, 2: 1.0}, 3: {1: 1.0, 2: 1.0}}, [1, 2], study_seed=0, elsewhere=set()) == []
+    )
 
 
 def test_a_study_file_that_trains_or_scores_otherwise_is_refused_by_its_resolved_values(tmp_path):
@@ -92,17 +95,17 @@ def test_a_study_file_that_trains_or_scores_otherwise_is_refused_by_its_resolved
 def test_a_point_measured_under_an_earlier_setup_is_measured_again_at_the_studys_seed():
     """A study resumed with other trial settings: trial 3's own value is of the old setup."""
     points = [front_row(3), front_row(5)]
-    jobs = plan(points, {}, [1, 2], again=(0, {3}))
+    jobs = plan(points, {}, [1, 2], study_seed=0, elsewhere={3})
     assert [(j.trial_number, j.seed) for j in jobs] == [(3, 0), (3, 1), (5, 1), (3, 2), (5, 2)]
     frame = pd.DataFrame({"trial_number": [3, 5], "val_perplexity": [9.0, 5.0], "n_params": [1000, 900]})
     again = {
         3: {0: ReplicateResult(6.0, 1000), 1: ReplicateResult(6.2, 1000)},
         5: {1: ReplicateResult(5.2, 900)},
     }
-    columns = seed_columns(frame, again, elsewhere={3})
+    columns = seed_columns(frame, Replicated(again, {3}))
     assert list(columns["seeds"]) == [2, 2]  # trial 3: its two replicates, not the old 9.0
     assert list(columns["val_perplexity_mean"]) == pytest.approx([6.1, 5.1])
-    columns = seed_columns(frame, {}, elsewhere={3})  # nothing measured again yet: its own value
+    columns = seed_columns(frame, Replicated({}, {3}))  # nothing measured again yet: its own value
     assert list(columns["val_perplexity_mean"]) == [9.0, 5.0]
 
 
@@ -115,11 +118,23 @@ def test_ray_stopping_the_process_while_it_starts_is_an_interrupt(monkeypatch, t
     def killed_while_starting(opts, local):
         raise SystemExit(signal.SIGTERM)
 
+    import ray
+
+    shutdowns = []
+    monkeypatch.setattr(ray, "shutdown", lambda: shutdowns.append(1))
     monkeypatch.setattr(runner, "_init_ray", killed_while_starting)
     opts = runner.RunOptions("sqlite://", "s", 1, 1, tmp_path, tmp_path / "x.csv")
     with pytest.raises(Interrupted) as stop, runner.ray_session(opts, 1):
         pass
-    assert stop.value.exit_code == 143
+    assert stop.value.exit_code == 143 and shutdowns == [1]
+
+    def failed_while_starting(opts, local):
+        raise SystemExit(3)
+
+    monkeypatch.setattr(runner, "_init_ray", failed_while_starting)
+    with pytest.raises(SystemExit) as other, runner.ray_session(opts, 1):
+        pass
+    assert other.value.code == 3 and shutdowns == [1, 1]  # not an interrupt, but Ray is shut down
 
 
 def test_seed_columns_give_mean_range_and_whether_a_point_holds_on_its_mean():
@@ -135,16 +150,18 @@ def test_seed_columns_give_mean_range_and_whether_a_point_holds_on_its_mean():
         }
 
     # trial 4 was lucky: at its other seeds it is worse, but still better than trial 9, which is smaller
-    columns = seed_columns(frame, replicates(t0=[5.1, 4.9], t4=[5.3, 5.7], t9=[5.5, 5.7]))
+    columns = seed_columns(frame, Replicated(replicates(t0=[5.1, 4.9], t4=[5.3, 5.7], t9=[5.5, 5.7]), set()))
     assert list(columns["seeds"]) == [3, 3, 3]
     assert list(columns["val_perplexity_mean"]) == pytest.approx([5.0, 5.4, 5.6])
     assert list(columns["val_perplexity_min"]) == [4.9, 5.2, 5.5]
     assert list(columns["val_perplexity_max"]) == [5.1, 5.7, 5.7]
     assert list(columns["on_front_by_mean"]) == [True, True, True]
-    columns = seed_columns(frame, replicates(t0=[5.1, 4.9], t4=[6.3, 6.7], t9=[5.5, 5.7]))  # 6.07 > 5.6
+    columns = seed_columns(
+        frame, Replicated(replicates(t0=[5.1, 4.9], t4=[6.3, 6.7], t9=[5.5, 5.7]), set())
+    )  # 6.07 > 5.6
     assert list(columns["on_front_by_mean"]) == [True, False, True]
     # points at different numbers of seeds: a mean against one draw is not compared
-    columns = seed_columns(frame, replicates(t0=[5.1, 4.9], t4=[6.3, 6.7]))
+    columns = seed_columns(frame, Replicated(replicates(t0=[5.1, 4.9], t4=[6.3, 6.7]), set()))
     assert list(columns["seeds"]) == [3, 3, 1]
     assert columns["on_front_by_mean"].isna().all()
 
@@ -152,7 +169,9 @@ def test_seed_columns_give_mean_range_and_whether_a_point_holds_on_its_mean():
 def test_a_replicate_that_kept_another_size_is_not_counted_in_the_points_mean():
     """l0_penalty's size depends on its batches: at another seed it may keep other heads."""
     frame = pd.DataFrame({"trial_number": [2], "val_perplexity": [5.0], "n_params": [100]})
-    columns = seed_columns(frame, {2: {1: ReplicateResult(5.2, 100), 2: ReplicateResult(4.0, 120)}})
+    columns = seed_columns(
+        frame, Replicated({2: {1: ReplicateResult(5.2, 100), 2: ReplicateResult(4.0, 120)}}, set())
+    )
     assert list(columns["seeds"]) == [2]
     assert list(columns["val_perplexity_mean"]) == pytest.approx([5.1])
 
@@ -196,7 +215,8 @@ def test_a_replicate_that_diverged_or_failed_is_not_recorded_and_runs_again(tmp_
     assert [f.split(":")[0] for f in run.failed] == [f"trial {n} at seed 1" for n in (2, 3, 4, 5)]
     assert "perplexity inf" in run.failed[0] and "worker died" in run.failed[-1]
     front = [front_row(n) for n in (1, 2, 3, 4, 5)]
-    assert [j.trial_number for j in plan(front, read_replicates(store, "s", "key"), [1])] == [2, 3, 4, 5]
+    again = plan(front, read_replicates(store, "s", "key"), [1], study_seed=0, elsewhere=set())
+    assert [j.trial_number for j in again] == [2, 3, 4, 5]
 
 
 def test_a_driver_that_lost_the_lease_records_nothing(tmp_path):
@@ -226,6 +246,10 @@ def test_a_mismatched_study_file_a_held_lease_or_another_dense_model_writes_noth
     def tables() -> set[str]:
         return set(sa.inspect(open_store(url, create=False).engine).get_table_names())
 
+    def replicate_rows() -> int:
+        with open_store(url, create=False).engine.connect() as conn:
+            return conn.exec_driver_sql("SELECT COUNT(*) FROM trial_replicates").scalar()
+
     empty = cli_in_process("replicate", str(path), cwd=tmp_path)
     assert_user_error(empty, "study 'smoke' has no front to replicate")
     trial = study.ask()
@@ -250,20 +274,21 @@ def test_a_mismatched_study_file_a_held_lease_or_another_dense_model_writes_noth
     acquire_lease(store, "smoke", "elsewhere:1", ttl_seconds=600)  # a run on another machine
     held = cli_in_process("replicate", str(path), cwd=tmp_path)
     assert_user_error(held, "study 'smoke' is being run by another driver (elsewhere:1")
-    assert "trial_replicates" not in tables()
+    assert replicate_rows() == 0  # its table may be made once the study file is known good; no row
     release_lease(store, "smoke", "elsewhere:1")
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == before  # no cache, no CSV
     # the dense checkpoint is built (its caches written, as a run does) and compared
     study.set_user_attr("dense_val_perplexity", 99.0)  # pruned from another checkpoint than this one
     other_dense = cli_in_process("replicate", str(path), cwd=tmp_path)
     assert_user_error(other_dense, "the one study 'smoke' pruned 99.000000", "would not measure its points")
-    assert "trial_replicates" not in tables()
+    assert replicate_rows() == 0
     with open_store(url, create=False).engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT COUNT(*) FROM study_lease").scalar() == 0  # released
 
 
 def smoke_setup(store) -> str:
-    return replicate_setup(optuna.load_study(study_name="smoke", storage=store.storage))
+    """The digest the smoke study's run stored (config.setup_digest)."""
+    return optuna.load_study(study_name="smoke", storage=store.storage).user_attrs["setup"]
 
 
 @pytest.mark.slow
@@ -281,7 +306,9 @@ def test_replicate_trains_the_front_again_resumes_and_leaves_the_study_alone(tmp
     study = optuna.load_study(study_name="smoke", storage=store.storage)
     points = points_to_replicate(study, front)
     # each trial records the setup it was measured under: its replicates must match it
-    assert {t.user_attrs["setup"] for t in study.trials} == {smoke_setup(store)}
+    assert {t.user_attrs["setup"] for t in study.trials if t.state.is_finished() and t.values} == {
+        smoke_setup(store)
+    }
 
     first = launch("replicate", str(SMOKE), "--seeds", "1", cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -420,15 +447,27 @@ def test_status_and_the_dashboard_note_name_the_points_off_the_front_by_their_me
         1: {1: ReplicateResult(6.3, 80), 2: ReplicateResult(6.7, 80)},  # lucky at the study's seed
         2: {1: ReplicateResult(5.5, 60), 2: ReplicateResult(5.7, 60)},
     }
-    text = format_status(study_status(study, replicates))
+    text = format_status(study_status(study, Replicated(replicates, set())))
     assert "replicated: 3 of the front's points, 3 seeds each" in text
     assert "28.8% at most (trial 1); off the front by their mean: trials [1]" in text  # 6.7 / 5.2
     assert "dense control over 3 seeds: perplexity 5.000 (mean), 4.900-5.100" in text
     assert "replicated" not in format_status(study_status(study, {}))
-    note = front_note(study, replicates)  # the dashboard's
+    note = front_note(study, Replicated(replicates, set()))  # the dashboard's
     assert "over seeds: mean [lowest, highest]" in note
     assert (
         "| 1 | importance | 0.200 | 5.200 | 6.067 [5.200, 6.700], 3 seeds (off the front by its mean) |"
         in note
     )
     assert "over seeds" not in front_note(study)
+
+
+def test_the_setup_digest_is_what_a_trial_measures_not_how_the_file_says_it():
+    from orchestrator.config import load_study_config, setup_digest
+
+    path = study_file(Path(tempfile.mkdtemp()))
+    plain = setup_digest(load_study_config(path), 30.0)
+    for same in (["trial.threads=4", "trial.device=cpu"], ["corpus.val_fraction=0.1"], ["study.n_trials=9"]):
+        assert setup_digest(load_study_config(path, same), 30.0) == plain
+    for other in (["trial.finetune_steps=20"], ["study.seed=1"], ["model.d_model=64"]):
+        assert setup_digest(load_study_config(path, other), 30.0) != plain
+    assert setup_digest(load_study_config(path), 30.5) != plain  # another dense checkpoint

@@ -19,9 +19,9 @@ def test_f_ratio_is_large_only_where_the_groups_means_differ_beyond_their_noise(
     together = [[0.0, 1.0, 2.0], [1.0, 2.0, 0.0], [2.0, 0.0, 1.0]]
     assert f_ratio(apart) == pytest.approx(300.0)  # means 1, 11, 21: variance 100 against 1 / 3
     assert f_ratio(together) == pytest.approx(0.0)
-    assert noise_only_share(26, 3, 300.0, draws=2000) == 0.0
-    assert noise_only_share(26, 3, 0.0, draws=2000) == 1.0
-    assert 0.3 < noise_only_share(26, 3, 1.0, draws=4000) < 0.7  # F near 1 is what noise gives
+    shares = [noise_only_share(26, 3, f, draws=4000) for f in (1.0, 1.5, 2.0, 3.0)]
+    assert 0.3 < shares[0] < 0.7  # F near 1 is what noise gives
+    assert shares == sorted(shares, reverse=True) and shares[-1] < 0.01  # larger F, rarer from noise
 
 
 def test_log_ratios_pair_points_by_head_count_and_seed_taking_each_sizes_first():
