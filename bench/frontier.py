@@ -483,14 +483,16 @@ def merge_seeds(saved: list[dict], budget_minutes: float = math.inf) -> tuple[li
     CPU time differs by more than 3% (another machine, not one machine's noise), a run's CPU
     times are scaled by the first run's over its own, so every arm's "CPU-min" and
     configurations per CPU-hour read in the first run's seconds (a machine 1.6x slower runs the
-    other arms of a 28-minute comparison on a 45-minute budget). Every arm is then cut to the
-    smallest budget among the runs, by the rule a run ends by (a trial starts while the CPU time
-    spent is under the budget), so that arms whose budgets came out a little apart (one dense
-    trial is a noisy yardstick of a machine's speed) still compare at equal compute; at
+    other arms of a 28-minute comparison on a 45-minute budget); a seed whose first run came
+    from another machine than the first seed's is scaled to the first seed's the same way.
+    Every arm is then cut to the smallest budget among the runs, by the rule a run ends by (a
+    trial starts while the CPU time spent is under the budget), so that arms whose budgets came
+    out a little apart (one dense trial is a noisy yardstick of a machine's speed) still compare
+    at equal compute; at
     ``budget_minutes`` where that is smaller (a subset of the runs compared at the budget of a
     larger merge)."""
     by_seed: dict[int, dict] = {}
-    budget_s = budget_minutes * 60  # the smallest, in the first run's seconds
+    budgets: list[tuple[int, float]] = []  # (seed, a run's budget in the seconds of that seed's first run)
     for run in saved:
         if run["cpus_per_trial"] != saved[0]["cpus_per_trial"]:
             raise SystemExit("--merge: the runs have different threads per trial")
@@ -513,11 +515,31 @@ def merge_seeds(saved: list[dict], budget_minutes: float = math.inf) -> tuple[li
                     flush=True,
                 )
                 seed = {**seed, "arms": rescaled(seed["arms"], scale)}
-            budget_s = min(budget_s, run["budget_minutes"] * 60 * scale)
+            budgets.append((seed["seed"], run["budget_minutes"] * 60 * scale))
             known["arms"].update(seed["arms"])
     arms = [set(by_seed[seed]["arms"]) for seed in by_seed]
     if any(a != arms[0] for a in arms):
         raise SystemExit("--merge: the seeds do not all have the same arms")
+    # Seeds whose first runs were on machines of other speeds (seeds added later, elsewhere): in
+    # the first seed's seconds too, by the same 3% rule, so that one budget is equal compute.
+    first = by_seed[saved[0]["seeds"][0]["seed"]]["dense"]["seconds"]
+    factor = {}
+    for number, seed in by_seed.items():
+        factor[number] = first / seed["dense"]["seconds"]
+        if abs(factor[number] - 1) <= 0.03:
+            factor[number] = 1.0
+        else:
+            print(
+                f"seed {number}: its first run's dense control took {seed['dense']['seconds']:.0f} CPU-s "
+                f"against {first:.0f} (the first seed's): its CPU times are scaled by {factor[number]:.3f}",
+                flush=True,
+            )
+            by_seed[number] = {
+                **seed,
+                "dense": {**seed["dense"], "seconds": seed["dense"]["seconds"] * factor[number]},
+                "arms": rescaled(seed["arms"], factor[number]),
+            }
+    budget_s = min([budget_minutes * 60, *(b * factor[number] for number, b in budgets)])
     merged = [by_seed[seed] for seed in sorted(by_seed)]
     for seed in merged:
         for arm, points in seed["arms"].items():

@@ -246,3 +246,21 @@ def test_paired_differences_come_with_a_t_interval_that_holds_zero_when_the_seed
     assert low < 0 < high  # sd 0.0012 over 3 seeds: t(2) 4.303 x 0.0007 = 0.0030 each side
     assert high - low == pytest.approx(2 * 4.303 * 0.0012166 / 3**0.5, abs=2e-4)  # printed to 4 places
     assert paired([0.3], [0.2])[2] == "-"
+
+
+def test_seeds_first_run_on_a_slower_machine_are_cut_at_the_same_compute() -> None:
+    """Seeds 0 and 1 from different machines (seed 1 added later, 1.5x slower): seed 1's times
+    read in seed 0's seconds, so that one budget is the same number of dense trials for both."""
+    fast = saved_run(
+        2.0, 40.0, "searched", [trial(4.4, 700, 40.0), trial(4.2, 800, 40.0), trial(5.0, 500, 40.0)]
+    )
+    slow = saved_run(
+        3.0, 60.0, "searched", [trial(4.4, 700, 60.0), trial(4.2, 800, 60.0), trial(5.0, 500, 60.0)]
+    )
+    slow["seeds"][0]["seed"] = 1
+    (zero, one), budget_minutes = merge_seeds([fast, slow])
+    assert budget_minutes == pytest.approx(2.0)  # both 3 dense trials' worth
+    assert one["dense"]["seconds"] == pytest.approx(40.0)
+    # the dense control, then trials started at 40 and 80 s (< 120): the same in both seeds
+    assert [p["seconds"] for p in one["arms"]["searched"]] == pytest.approx([40.0] * 3)
+    assert len(zero["arms"]["searched"]) == 3
