@@ -163,41 +163,37 @@ def _positive(name: str, value: int | None) -> int | None:
     return value
 
 
-def _run(args: argparse.Namespace) -> int:
+def _study_and_options(args: argparse.Namespace, n_trials: int | None = None):
+    """The study file with its --set values, and the options of a command that runs trials."""
     from orchestrator.config import load_study_config
-    from orchestrator.runner import RunOptions, run_study
+    from orchestrator.runner import RunOptions
 
     cfg = load_study_config(args.study_file, args.overrides)
-    opts = RunOptions.for_study(
+    return cfg, RunOptions.for_study(
         cfg,
         storage=args.storage,
         study_name=args.study_name,
-        n_trials=_positive("--n-trials", args.n_trials),
+        n_trials=n_trials,
         max_concurrent=_positive("--max-concurrent", args.max_concurrent),
         artifacts=args.artifacts,
         output=args.output,
         ray_address=args.ray_address,
     )
+
+
+def _run(args: argparse.Namespace) -> int:
+    from orchestrator.runner import run_study
+
+    cfg, opts = _study_and_options(args, n_trials=_positive("--n-trials", args.n_trials))
     summary = run_study(cfg, opts)
     print(summary.csv)
     return 0
 
 
 def _replicate(args: argparse.Namespace) -> int:
-    from orchestrator.config import load_study_config
     from orchestrator.replicates import replicate_front
-    from orchestrator.runner import RunOptions
 
-    cfg = load_study_config(args.study_file, args.overrides)
-    opts = RunOptions.for_study(
-        cfg,
-        storage=args.storage,
-        study_name=args.study_name,
-        max_concurrent=_positive("--max-concurrent", args.max_concurrent),
-        artifacts=args.artifacts,
-        output=args.output,
-        ray_address=args.ray_address,
-    )
+    cfg, opts = _study_and_options(args)
     summary = replicate_front(cfg, opts, args.seeds)
     print(summary.csv)
     if summary.failed:  # not the user's mistake: what was recorded is in the CSV, a rerun retries

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shlex
 import signal
 import sys
@@ -39,14 +38,15 @@ from orchestrator.config import (
     setup_digest,
 )
 from orchestrator.errors import UserError
-from orchestrator.execution import ERROR_KEY, RESULT_KEY, RunStopper, error_line, train_on_worker
+from orchestrator.execution import ERROR_KEY, RESULT_KEY, error_line, train_on_worker
 from orchestrator.export import replicated, study_table, write_table
-from orchestrator.interrupts import Interrupted, wind_down
+from orchestrator.interrupts import Interrupted
 from orchestrator.progress import PhaseProgress, say
 from orchestrator.records import TrialRecord, measured_elsewhere
 from orchestrator.report import front_note
 from orchestrator.runner import (
     RunOptions,
+    fit_on_tune,
     preflight,
     prepare_inputs,
     ray_session,
@@ -290,25 +290,16 @@ def _run_jobs(cfg: StudyConfig, opts: RunOptions, setup: TrialSetup, run: Replic
     from ray import tune
 
     with ray_session(opts, cfg.study.cpus_per_trial):
-        tuner = tune.Tuner(
-            tune.with_resources(
-                tune.with_parameters(replicate_on_worker, setup=setup),
-                {"cpu": cfg.study.cpus_per_trial, "gpu": cfg.study.gpus_per_trial},
-            ),
+        fit_on_tune(
+            cfg,
+            opts,
+            tune.with_parameters(replicate_on_worker, setup=setup),
+            tune.TuneConfig(max_concurrent_trials=opts.max_concurrent, reuse_actors=True),
+            name=f"{opts.study_name}-replicates",
+            callback=ReplicateCallback(run),
+            driver=run,
             param_space={"job": tune.grid_search([vars(job) for job in run.jobs])},
-            tune_config=tune.TuneConfig(max_concurrent_trials=opts.max_concurrent, reuse_actors=True),
-            run_config=tune.RunConfig(
-                name=f"{opts.study_name}-replicates",
-                storage_path=str((opts.artifacts / "ray").resolve()),
-                callbacks=[ReplicateCallback(run)],
-                stop=RunStopper(run),
-                failure_config=tune.FailureConfig(max_failures=cfg.study.max_retries),
-                verbose=0,
-            ),
         )
-        os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # ours (interrupts.py) winds the run down
-        with wind_down(run.interrupt):
-            tuner.fit()
     if run.interrupted_by is not None:
         raise Interrupted(
             run.interrupted_by,

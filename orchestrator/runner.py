@@ -19,6 +19,7 @@ from orchestrator.errors import UserError
 from orchestrator.execution import (
     FINISHED,
     RunStopper,
+    Stoppable,
     StudyCallback,
     StudyDriver,
     StudySearcher,
@@ -465,41 +466,67 @@ def ray_session(opts: RunOptions, cpus_per_trial: float) -> Iterator[None]:
 def _search(cfg: StudyConfig, opts: RunOptions, driver: StudyDriver, setup: TrialSetup) -> None:
     from ray import tune
 
-    cpus = cfg.study.cpus_per_trial
-    with ray_session(opts, cpus):
+    with ray_session(opts, cfg.study.cpus_per_trial):
         rungs = tuple(cfg.early_stopping.rungs())
-        trainable = tune.with_resources(
-            tune.with_parameters(
-                train_on_worker, setup=setup, rungs=rungs, rung_eval_tokens=cfg.early_stopping.eval_tokens
-            ),
-            {"cpu": cpus, "gpu": cfg.study.gpus_per_trial},
+        trainable = tune.with_parameters(
+            train_on_worker, setup=setup, rungs=rungs, rung_eval_tokens=cfg.early_stopping.eval_tokens
         )
-        tuner = tune.Tuner(
+        tune_config = tune.TuneConfig(
+            search_alg=StudySearcher(driver),
+            scheduler=_scheduler(
+                cfg,
+                driver.study,
+                len(rungs),
+                rung_windows(evaluation_windows(setup), cfg.early_stopping.eval_tokens)[1].numel(),
+            ),
+            num_samples=-1,  # the searcher says when the study is done
+            max_concurrent_trials=opts.max_concurrent,
+            reuse_actors=True,
+        )
+        fit_on_tune(
+            cfg,
+            opts,
             trainable,
-            tune_config=tune.TuneConfig(
-                search_alg=StudySearcher(driver),
-                scheduler=_scheduler(
-                    cfg,
-                    driver.study,
-                    len(rungs),
-                    rung_windows(evaluation_windows(setup), cfg.early_stopping.eval_tokens)[1].numel(),
-                ),
-                num_samples=-1,  # the searcher says when the study is done
-                max_concurrent_trials=opts.max_concurrent,
-                reuse_actors=True,
-            ),
-            run_config=tune.RunConfig(
-                name=f"{opts.study_name}",
-                storage_path=str((opts.artifacts / "ray").resolve()),
-                callbacks=[StudyCallback(driver)],
-                stop=RunStopper(driver),
-                failure_config=tune.FailureConfig(max_failures=cfg.study.max_retries),
-                verbose=0,
-            ),
+            tune_config,
+            name=opts.study_name,
+            callback=StudyCallback(driver),
+            driver=driver,
         )
-        os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # ours (interrupts.py) winds the run down
-        with wind_down(driver.interrupt):
-            tuner.fit()
+
+
+def fit_on_tune(
+    cfg: StudyConfig,
+    opts: RunOptions,
+    trainable,
+    tune_config,
+    *,
+    name: str,
+    callback,
+    driver: Stoppable,
+    param_space: dict | None = None,
+) -> None:
+    """Tune runs ``trainable`` with each trial's resources, its experiment folder under
+    ``<artifacts>/ray/<name>``, ``callback`` told of each trial, Tune's retries of a dead worker,
+    and our signal handling: the first Ctrl-C or SIGTERM goes to ``driver.interrupt`` and
+    ``RunStopper`` stops the running trials (interrupts.py). Inside ``ray_session``."""
+    from ray import tune
+
+    tuner = tune.Tuner(
+        tune.with_resources(trainable, {"cpu": cfg.study.cpus_per_trial, "gpu": cfg.study.gpus_per_trial}),
+        param_space=param_space,
+        tune_config=tune_config,
+        run_config=tune.RunConfig(
+            name=name,
+            storage_path=str((opts.artifacts / "ray").resolve()),
+            callbacks=[callback],
+            stop=RunStopper(driver),
+            failure_config=tune.FailureConfig(max_failures=cfg.study.max_retries),
+            verbose=0,
+        ),
+    )
+    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # ours (interrupts.py) winds the run down
+    with wind_down(driver.interrupt):
+        tuner.fit()
 
 
 def _init_ray(opts: RunOptions, local: dict) -> None:
