@@ -17,15 +17,6 @@ from orchestrator.frontier import pareto_front
 from orchestrator.records import RESULT_COLUMNS, TrialRecord, measured_elsewhere
 from orchestrator.storage import ReplicateResult, StudyStore, complete_trials, read_frontier, read_replicates
 
-# Each point's validation perplexity over its seeds: the study's and its replicates'.
-SEED_COLUMNS = (
-    "seeds",
-    "val_perplexity_mean",
-    "val_perplexity_min",
-    "val_perplexity_max",
-    "on_front_by_mean",
-)
-
 
 def study_table(store: StudyStore, study: optuna.Study, everything: bool = False) -> pd.DataFrame:
     """Rows of the frontier table (default) or of all COMPLETE trials, sorted by n_params, with
