@@ -248,6 +248,10 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
     with hold_lease(store, opts.study_name, cfg.study.lease_seconds) as lease:
         if lease.takeover:
             say(lease.takeover.describe())
+        if study.user_attrs.get("config") != stored or study.user_attrs.get("setup", setup) != setup:
+            raise UserError(  # a run on other settings held the study between the check and the lease
+                f"study {opts.study_name!r} was run again with other settings meanwhile: run replicate again"
+            )
         front, jobs = jobs_now()  # the front as it is now that no run can change it
         trial_setup = _trial_setup(cfg, opts, study, corpus, model_cfg) if jobs else None
         if study.user_attrs.get("setup") is None:  # so that exports read these replicates back
