@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from trainers.trial import TrialResult
 
@@ -83,3 +83,10 @@ def measured_elsewhere(trials: list[FrozenTrial], setup: str) -> set[int]:
     not average with replicates of this one, so ``replicate`` measures them again at the study's
     seed. A trial of a version before trials recorded their setup counts as this setup's."""
     return {t.number for t in trials if t.user_attrs.get("setup", setup) != setup}
+
+
+def dense_control(trials: list[FrozenTrial]) -> FrozenTrial | None:
+    """The study's COMPLETE dense control (trial 0, nothing sampled): the reference of every ratio."""
+    return next(
+        (t for t in trials if t.user_attrs.get("dense_control") and t.state == TrialState.COMPLETE), None
+    )

@@ -42,7 +42,7 @@ from orchestrator.execution import ERROR_KEY, RESULT_KEY, error_line, train_on_w
 from orchestrator.export import replicated, study_table, write_table
 from orchestrator.interrupts import Interrupted
 from orchestrator.progress import PhaseProgress, say
-from orchestrator.records import TrialRecord, measured_elsewhere
+from orchestrator.records import TrialRecord, dense_control, measured_elsewhere
 from orchestrator.report import front_note
 from orchestrator.runner import (
     RunOptions,
@@ -103,13 +103,10 @@ def plan(
 def points_to_replicate(study: optuna.Study, front: list[dict]) -> list[dict]:
     """The front's rows, and the dense control's where it is not on the front: every ratio to
     dense is read at the same seed (the same batches), so the reference is replicated too."""
-    known = {row["trial_number"] for row in front}
-    control = [
-        TrialRecord.from_trial(t).row()
-        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        if t.user_attrs.get("dense_control") and t.number not in known
-    ]
-    return [*front, *control]
+    control = dense_control(study.get_trials(deepcopy=False))
+    if control is None or control.number in {row["trial_number"] for row in front}:
+        return front
+    return [*front, TrialRecord.from_trial(control).row()]
 
 
 def check_same_setup(stored: dict, cfg: StudyConfig, study_name: str) -> None:
@@ -204,7 +201,6 @@ def replicate_on_worker(config: dict, setup: TrialSetup) -> None:
 @dataclass
 class ReplicateSummary:
     csv: Path
-    ran: int  # replicates recorded by this run
     failed: list[str]  # "trial N at seed S: why", of this run
 
 
@@ -232,17 +228,21 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
     setup = study.user_attrs.get("setup") or setup_digest(cfg, study.user_attrs.get("dense_val_perplexity"))
     seeds = replicate_seeds(cfg.study.seed, n_seeds)
 
-    def jobs_now() -> tuple[list[dict], list[Job]]:
+    def front_now() -> list[dict]:
         front = read_frontier(store, opts.study_name)
         if not front:
             raise UserError(f"study {opts.study_name!r} has no front to replicate (no complete trial)")
+        return front
+
+    def jobs_now() -> tuple[list[dict], list[Job]]:
+        front = front_now()
         done = read_replicates(store, opts.study_name, setup)
         elsewhere = measured_elsewhere(study.get_trials(deepcopy=False), setup)
         return front, plan(
             points_to_replicate(study, front), done, seeds, study_seed=cfg.study.seed, elsewhere=elsewhere
         )
 
-    jobs_now()  # a study without a front is refused before anything is written
+    front_now()  # a study without a front is refused before anything is written
     corpus, model_cfg = prepare_inputs(cfg, cache_dir=opts.artifacts / "cache")  # checked as run does
     create_own_tables(store)  # the replicates' table; a database of an earlier version gains columns
     with hold_lease(store, opts.study_name, cfg.study.lease_seconds) as lease:
@@ -256,11 +256,8 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
         trial_setup = _trial_setup(cfg, opts, study, corpus, model_cfg) if jobs else None
         if study.user_attrs.get("setup") is None:  # so that exports read these replicates back
             study.set_user_attr("setup", setup)
-        control = (
-            " and the dense control"
-            if any(j.trial_number not in {r["trial_number"] for r in front} for j in jobs)
-            else ""
-        )
+        on_front = {row["trial_number"] for row in front}
+        control = " and the dense control" if any(j.trial_number not in on_front for j in jobs) else ""
         say(
             f"study {opts.study_name!r} in {store.safe_url}: {len(front)} points on the front{control}, "
             f"seeds {seeds[0]}-{seeds[-1]}: {len(jobs)} replicates to run"
@@ -275,7 +272,7 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
         save_note(study, front_note(study, replicated(store, study)))  # the dashboard's, with the seeds
     csv = write_table(study_table(store, study), opts.output_csv)
     say(f"Pareto front with each point's perplexity over every seed recorded for it -> {csv}")
-    return ReplicateSummary(csv, run.recorded if run else 0, run.failed if run else [])
+    return ReplicateSummary(csv, run.failed if run else [])
 
 
 def _trial_setup(cfg: StudyConfig, opts: RunOptions, study: optuna.Study, corpus, model_cfg) -> TrialSetup:

@@ -13,17 +13,15 @@ from optuna.trial import FrozenTrial, TrialState
 
 from orchestrator.export import Replicated, trials_over_seeds
 from orchestrator.frontier import hypervolume, pareto_front
-from orchestrator.records import TrialRecord
+from orchestrator.records import TrialRecord, dense_control
 
 SPARSITY_BANDS = ((0.0, 0.0), (0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))
 
 
 def dense_reference(trials: list[FrozenTrial]) -> tuple[float, int] | None:
     """(perplexity, params) of the dense control, the point every front is measured against."""
-    for t in trials:
-        if t.user_attrs.get("dense_control") and t.state == TrialState.COMPLETE:
-            return t.values[0], int(t.values[1])
-    return None
+    control = dense_control(trials)
+    return (control.values[0], int(control.values[1])) if control else None
 
 
 def normalised_hypervolume(points: list[tuple[float, float]], dense: tuple[float, int]) -> float:
@@ -150,11 +148,7 @@ def study_status(study: optuna.Study, replicates: Replicated | None = None) -> S
         saved_steps=sum(t.user_attrs.get("saved_steps", 0) for t in stopped),
         stopped_budget_steps=sum(t.user_attrs.get("finetune_steps", 0) for t in stopped),
         last_failure=last_failure(trials),
-        seed_spread=seed_spread(
-            front,
-            next((t for t in done if t.user_attrs.get("dense_control")), None),
-            replicates or Replicated.none(),
-        ),
+        seed_spread=seed_spread(front, dense_control(done), replicates or Replicated.none()),
     )
 
 
@@ -250,7 +244,7 @@ def front_note(study: optuna.Study, replicates: Replicated | None = None) -> str
         for i, t in enumerate(front)
         for r in [TrialRecord.from_trial(t)]
     ]
-    control = next((t for t in done if t.user_attrs.get("dense_control")), None)
+    control = dense_control(done)
     control_line = (
         [
             f"Dense control: trial {control.number}, val perplexity {control.values[0]:.3f} "

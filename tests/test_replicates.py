@@ -50,6 +50,23 @@ def front_row(number: int, **params) -> dict:
     }
 
 
+def add_complete(study: optuna.Study, ppl: float, params: int, *, control: bool = False, **attrs) -> None:
+    """A COMPLETE trial as a run records it: the dense control, or an importance point."""
+    method = "dense" if control else "importance"
+    trial = study.ask()
+    recorded = {
+        "n_params_nonembed": params - 10,
+        "sparsity": 0.0 if control else 1 - params / 100,
+        "heads_per_layer": [2, 2],
+        "method": method,
+        "hparams": {"method": method},
+        "dense_control": control,
+    }
+    for key, value in {**recorded, **attrs}.items():
+        trial.set_user_attr(key, value)
+    study.tell(trial, [ppl, params])
+
+
 def test_the_plan_runs_each_front_point_at_each_seed_it_has_no_result_for():
     front = [front_row(0), front_row(3, sparsity=0.5)]
     done = {3: {1: 5.0}, 7: {1: 6.0, 2: 6.1}}  # trial 7 left the front: not run again
@@ -252,17 +269,7 @@ def test_a_mismatched_study_file_a_held_lease_or_another_dense_model_writes_noth
 
     empty = cli_in_process("replicate", str(path), cwd=tmp_path)
     assert_user_error(empty, "study 'smoke' has no front to replicate")
-    trial = study.ask()
-    for key, value in {
-        "n_params_nonembed": 90,
-        "sparsity": 0.0,
-        "heads_per_layer": [4, 4],
-        "method": "dense",
-        "hparams": {"method": "dense"},
-        "dense_control": True,
-    }.items():
-        trial.set_user_attr(key, value)
-    study.tell(trial, [30.0, 100])
+    add_complete(study, 30.0, 100, control=True, heads_per_layer=[4, 4])
     refresh_frontier(store, study)
     other = cli_in_process("replicate", str(path), "--set", "trial.finetune_steps=11", cwd=tmp_path)
     assert_user_error(other, "[trial] finetune_steps is 11 here but 10", "replicate with the study file")
@@ -356,17 +363,7 @@ def test_replicate_refuses_bad_input_before_writing(tmp_path):
 def test_the_dense_control_is_replicated_also_when_the_front_leaves_it_out():
     study = optuna.create_study(directions=["minimize", "minimize"])
     for ppl, params, control in [(5.0, 100, True), (4.9, 100, False), (5.3, 60, False)]:
-        trial = study.ask()
-        for key, value in {
-            "n_params_nonembed": params - 10,
-            "sparsity": 0.0 if control else 0.5,
-            "heads_per_layer": [2, 2],
-            "method": "dense" if control else "importance",
-            "hparams": {"method": "dense" if control else "importance"},
-            "dense_control": control,
-        }.items():
-            trial.set_user_attr(key, value)
-        study.tell(trial, [ppl, params])
+        add_complete(study, ppl, params, control=control)
     front = [
         {"trial_number": n, "val_perplexity": v, "params": json.dumps({"method": "importance"})}
         for n, v in ((1, 4.9), (2, 5.3))
@@ -431,17 +428,7 @@ def test_status_and_the_dashboard_note_name_the_points_off_the_front_by_their_me
 
     study = optuna.create_study(directions=["minimize", "minimize"])
     for ppl, params, control in [(5.0, 100, True), (5.2, 80, False), (5.6, 60, False)]:
-        trial = study.ask()
-        for key, value in {
-            "n_params_nonembed": params - 10,
-            "sparsity": 1 - params / 100,
-            "heads_per_layer": [2, 2],
-            "method": "dense" if control else "importance",
-            "hparams": {},
-            "dense_control": control,
-        }.items():
-            trial.set_user_attr(key, value)
-        study.tell(trial, [ppl, params])
+        add_complete(study, ppl, params, control=control)
     replicates = {
         0: {1: ReplicateResult(5.1, 100), 2: ReplicateResult(4.9, 100)},
         1: {1: ReplicateResult(6.3, 80), 2: ReplicateResult(6.7, 80)},  # lucky at the study's seed
