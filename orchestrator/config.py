@@ -16,11 +16,13 @@ from trainers.families import FAMILIES
 from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams, bounded, choice, field_specs
 from trainers.tokenizers import KINDS
 
-# Optuna samplers a study may use (orchestrator/runner.py builds them): TPE per parameter, and TPE
-# modelling the parameters jointly (grouped by the method's define-by-run branch). Not NSGA-II or
-# the Gaussian-process sampler: they model only the parameters that every complete trial has, and
-# the dense control (trial 0) has none, so they would sample every trial at random (README).
-SAMPLERS = ("tpe", "tpe_multivariate")
+# Optuna samplers a study may use (orchestrator/runner.py builds them): TPE per parameter, TPE
+# modelling the parameters jointly (grouped by the method's define-by-run branch), and the
+# Gaussian-process sampler proposing what the pruned trials share (orchestrator/gp_proposals.py:
+# in the study itself it would see the dense control, which has no parameters, and sample at
+# random). Not NSGA-II: a genetic algorithm breeds generations of a population (50 by default),
+# more trials than a study here runs after its start-up (README, the sampler).
+SAMPLERS = ("tpe", "tpe_multivariate", "gp")
 HF_ARCHITECTURES = ("gpt2", "gpt_neox", "llama")  # trainers/hf.py builds these from sizes
 MODEL_SPECS: dict[str, dict] = {
     "family": {"type": str, "default": "gpt", "choices": tuple(FAMILIES)},

@@ -138,6 +138,7 @@ class StudyDriver:
         on_finished: Callable[[int], None],
         spread_trials: int = 0,
         gap_fill_every: int = 0,
+        proposer: Callable[[list[optuna.trial.FrozenTrial]], dict | None] | None = None,
         trial_cpu_seconds_budget: float | None = None,
         still_leased: Callable[[], bool] = lambda: True,
     ) -> None:
@@ -149,6 +150,7 @@ class StudyDriver:
         self.n_trials, self.max_failed = n_trials, max_failed
         self.spread_trials = spread_trials  # the first trials after the dense control spread sparsity
         self.gap_fill_every = gap_fill_every  # then every N-th fills the front's widest gap
+        self.proposer = proposer  # and the others, if given, take its point ([study] sampler = "gp")
         self.on_finished = on_finished
         self.models_dir = models_dir  # <artifacts>/trials/<study>: one folder per trial number
         finished = study.get_trials(deepcopy=False, states=FINISHED)
@@ -221,21 +223,26 @@ class StudyDriver:
         """Start-up trials are a sweep of one method (or a few in turn) over an even spread of
         sparsity, settings as ``[startup]`` says or at their defaults (``SearchSpace.start_point``), so a
         short study's front spans the range with settings known to work. After them, every
-        ``gap_fill_every``-th trial fills the front's widest gap (``front_gaps``)."""
+        ``gap_fill_every``-th trial fills the front's widest gap (``front_gaps``), and the others
+        take the ``proposer``'s parameters where there is one (``gp_proposals``). The study's
+        sampler chooses whatever is not enqueued."""
         trials = self.study.get_trials(deepcopy=False)
         if any(t.state == optuna.trial.TrialState.WAITING for t in trials):
             return  # a retry asked for earlier goes first
         # A retry repeats a trial's point: not a new index, or a failure would skip a sparsity
         # (and, with methods in turn, give the next method's turn to the one after it).
         index = sum(not t.user_attrs.get("dense_control") and "retry_of" not in t.user_attrs for t in trials)
+        attrs = None
         if index < self.spread_trials:
             point = self.space.start_point(index)
         elif self.gap_fill_every and (index - self.spread_trials) % self.gap_fill_every == 0:
             point = self._gap_fill(trials)
+        elif self.proposer is not None:
+            point, attrs = self.proposer(trials), {"proposed_by": "gp"}
         else:
             point = None
         if point is not None:
-            self.study.enqueue_trial(point)
+            self.study.enqueue_trial(point, user_attrs=attrs)
 
     def _gap_fill(self, trials: list[optuna.trial.FrozenTrial]) -> dict | None:
         """A trial in the middle of the front's widest step, with the settings of the point at

@@ -26,6 +26,7 @@ from orchestrator.execution import (
     train_on_worker,
 )
 from orchestrator.export import replicated, study_table, write_table
+from orchestrator.gp_proposals import GPProposer
 from orchestrator.interrupts import Interrupted, keep_sigterm_handler, wind_down
 from orchestrator.preflight import (
     check_devices,
@@ -215,22 +216,36 @@ def study_dense_checkpoint(
     )
 
 
+def _trials_asked(store: StudyStore, study_name: str) -> int:
+    if not study_exists(store, study_name):
+        return 0
+    study_id = store.storage.get_study_id_from_name(study_name)
+    return len(store.storage.get_all_trials(study_id, deepcopy=False))
+
+
 def _sampler(
     cfg: StudyConfig, opts: RunOptions, store: StudyStore, startup: int
 ) -> optuna.samplers.BaseSampler:
     # Seeded by the trials already asked, so a resumed study does not replay its start points.
-    asked = 0
-    if study_exists(store, opts.study_name):
-        study_id = store.storage.get_study_id_from_name(opts.study_name)
-        asked = len(store.storage.get_all_trials(study_id, deepcopy=False))
+    asked = _trials_asked(store, opts.study_name)
     return make_sampler(cfg.study.sampler, seed=cfg.study.seed + asked, startup=startup)
+
+
+def _proposer(cfg: StudyConfig, opts: RunOptions, store: StudyStore) -> GPProposer | None:
+    """``[study] sampler = "gp"``: the Gaussian process proposes what the pruned trials share
+    (``gp_proposals``; seeded as ``_sampler`` is); the other samplers need none."""
+    if cfg.study.sampler != "gp":
+        return None
+    return GPProposer(seed=cfg.study.seed + _trials_asked(store, opts.study_name))
 
 
 def make_sampler(kind: str, *, seed: int, startup: int) -> optuna.samplers.BaseSampler:
     """``[study] sampler``. The start-up is enqueued trials, the same for every sampler;
     ``startup`` tells the sampler how many to see before it models the results. TPE with
     ``group=True`` models each define-by-run branch (a method's knobs) on the trials that have
-    it, so the dense control, which has no parameters, does not empty its joint model."""
+    it, so the dense control, which has no parameters, does not empty its joint model. With
+    ``gp`` the study's own sampler is per-parameter TPE, for the knobs the Gaussian process's
+    proposals leave out (``gp_proposals``)."""
     multivariate = kind == "tpe_multivariate"
     return optuna.samplers.TPESampler(
         seed=seed, n_startup_trials=startup, multivariate=multivariate, group=multivariate
@@ -303,6 +318,7 @@ def _run_leased(
         on_finished=lambda number: _after_trial(store, study, driver, number),
         spread_trials=startup,
         gap_fill_every=cfg.study.gap_fill_every,
+        proposer=_proposer(cfg, opts, store),
         trial_cpu_seconds_budget=opts.trial_cpu_seconds_budget,
         still_leased=lambda: not lease.lost.is_set(),
     )

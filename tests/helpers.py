@@ -221,3 +221,35 @@ def hparams(trial: optuna.trial.FrozenTrial) -> dict:
 def heads(trial: optuna.trial.FrozenTrial) -> list[int]:
     value = trial.user_attrs["heads_per_layer"]
     return json.loads(value) if isinstance(value, str) else value
+
+
+# The default study's model (4 layers x 8 heads) for driver tests that report synthetic results.
+HEADS, LAYERS = 32, 4
+
+
+def n_params(kept: int) -> int:
+    """A 4 x 8-head model's size: 8,240 parameters a head (the default study's gpt)."""
+    return 554_496 + 8_240 * kept
+
+
+def per_layer(kept: int) -> list[int]:
+    return [kept // LAYERS + (i < kept % LAYERS) for i in range(LAYERS)]
+
+
+def worker_result(hparams: dict, ppl: float) -> dict:
+    """What a worker reports for a finished trial, its heads as the target asks."""
+    from trainers.trial import TrialResult
+
+    kept = HEADS - round(hparams["sparsity"] * HEADS)
+    outcome = TrialResult(
+        val_perplexity=ppl,
+        n_params=n_params(kept),
+        n_params_nonembed=n_params(kept) - 10_000,
+        sparsity=1 - kept / HEADS,
+        heads_per_layer=per_layer(kept),
+        kept_heads=[list(range(k)) for k in per_layer(kept)],
+        method=hparams["method"],
+        tokens_per_s=1.0,
+        cpu_seconds=1.0,
+    )
+    return {"trial_result": json.dumps(outcome.to_dict())}

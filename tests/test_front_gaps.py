@@ -3,31 +3,19 @@ heads, with the settings of the point at its smaller end; through the real drive
 
 from __future__ import annotations
 
-import json
-
 import optuna
+from helpers import HEADS, n_params, per_layer, worker_result
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 
 from orchestrator.front_gaps import front_of, gap_fill_point
-from trainers.trial import TrialResult
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-HEADS, LAYERS = 32, 4
 DISTRIBUTIONS = {
     "method": CategoricalDistribution(["importance", "topk"]),
     "sparsity": FloatDistribution(0.05, 0.875),
     "lr": FloatDistribution(1e-3, 6e-3, log=True),
 }
-
-
-def n_params(kept: int) -> int:
-    """A 4 x 8-head model's size: 8,240 parameters a head (the default study's gpt)."""
-    return 554_496 + 8_240 * kept
-
-
-def per_layer(kept: int) -> list[int]:
-    return [kept // LAYERS + (i < kept % LAYERS) for i in range(LAYERS)]
 
 
 def finished(kept: int, ppl: float, params: dict | None = None) -> optuna.trial.FrozenTrial:
@@ -87,23 +75,6 @@ def test_no_gap_without_a_size_in_between_or_inside_the_range():
     assert gap_fill_point([DENSE], [], 0.05, 0.875) is None
 
 
-def result_for(hparams: dict, ppl: float) -> dict:
-    """What a worker reports for a finished trial, its heads as the target asks."""
-    kept = HEADS - round(hparams["sparsity"] * HEADS)
-    outcome = TrialResult(
-        val_perplexity=ppl,
-        n_params=n_params(kept),
-        n_params_nonembed=n_params(kept) - 10_000,
-        sparsity=1 - kept / HEADS,
-        heads_per_layer=per_layer(kept),
-        kept_heads=[list(range(k)) for k in per_layer(kept)],
-        method=hparams["method"],
-        tokens_per_s=1.0,
-        cpu_seconds=1.0,
-    )
-    return {"trial_result": json.dumps(outcome.to_dict())}
-
-
 def test_the_driver_alternates_gap_fills_with_the_samplers_trials(tmp_path):
     """The default study's space, a start-up of 3, a gap fill every 2nd trial after it: the 1st
     and 3rd trials after the start-up fill the widest free step, the 2nd is the sampler's."""
@@ -115,15 +86,15 @@ def test_the_driver_alternates_gap_fills_with_the_samplers_trials(tmp_path):
         return driver.next_config(name)["hparams"]
 
     dense = ask("dense")
-    driver.finish("dense", result_for({**dense, "sparsity": 0.0}, 4.60), None)
+    driver.finish("dense", worker_result({**dense, "sparsity": 0.0}, 4.60), None)
     # the start-up: 0.875, 0.4625, 0.66875 -> 4, 17 and 11 heads kept
     for name, ppl in zip(["s0", "s1", "s2"], [6.27, 4.80, 5.00]):
-        driver.finish(name, result_for(ask(name), ppl), None)
+        driver.finish(name, worker_result(ask(name), ppl), None)
     # steps (heads x ppl): 32 -> 17: 15 x 0.20, 17 -> 11: 6 x 0.20, 11 -> 4: 7 x 1.27 (the widest)
     fill = ask("fill")
     assert (fill["method"], fill["sparsity"], fill["lr"]) == ("importance", 1 - 8 / 32, 3e-3)
     sampled = ask("sampled")
     assert sampled["lr"] != 3e-3  # the sampler's: not a copy of a front point
-    driver.finish("sampled", result_for(sampled, 9.0), None)  # dominated: the front is as it was
+    driver.finish("sampled", worker_result(sampled, 9.0), None)  # dominated: the front is as it was
     second = ask("second fill")  # "fill" still running inside 11 -> 4: the next widest, 32 -> 17
     assert (second["method"], second["sparsity"], second["lr"]) == ("importance", 1 - 25 / 32, 3e-3)

@@ -42,7 +42,8 @@ def test_each_sampler_models_a_conditional_two_objective_space(kind):
 
 def test_the_joint_model_is_not_emptied_by_the_dense_controls_missing_parameters():
     """Samplers that model the parameters every complete trial shares (Optuna's GP and NSGA-II)
-    would model nothing here and sample at random; grouped multivariate TPE models each branch."""
+    would model nothing here and sample at random (the GP proposes from a study without the
+    dense control: tests/test_gp_proposals.py); grouped multivariate TPE models each branch."""
     study = study_with_a_dense_control("tpe_multivariate")
     study.optimize(objective, n_trials=6)
     modelled = study.sampler.infer_relative_search_space(study, study.ask())
@@ -56,8 +57,9 @@ def test_the_study_file_names_the_sampler(tmp_path):
 
     assert load_study_config(SMOKE).study.sampler == "tpe"
     assert load_study_config(SMOKE, ["study.sampler=tpe_multivariate"]).study.sampler == "tpe_multivariate"
-    with pytest.raises(UserError, match="gp"):
-        load_study_config(SMOKE, ["study.sampler=gp"])
+    assert load_study_config(SMOKE, ["study.sampler=gp"]).study.sampler == "gp"  # tests/test_gp_proposals.py
+    with pytest.raises(UserError, match="tpe_multivariate"):
+        load_study_config(SMOKE, ["study.sampler=nsga2"])
 
 
 def method_after_a_one_method_startup(kind: str, seed: int) -> str:

@@ -1,0 +1,92 @@
+"""Gaussian-process proposals: ``[study] sampler = "gp"``.
+
+Optuna's ``GPSampler`` fits a Gaussian process to each objective and, for two objectives, picks
+the point of largest expected hypervolume improvement: it aims at the figure a front is judged
+by. But it models only the parameters that every COMPLETE trial of a study shares (Optuna's
+intersection search space), and the dense control (trial 0) has none, so inside the study it
+would sample every trial at random.
+
+So the proposal is made in a throwaway in-memory study that holds the study's trials but the
+dense control: the COMPLETE ones, which the process is fitted to, and the RUNNING ones, which
+the acquisition spreads away from. The parameters every COMPLETE pruned trial shares (the
+default study: method, sparsity, lr, distill) come from the GP; the study enqueues them for its
+next trial, and its own sampler (TPE, per parameter) chooses what they leave out, the knobs of
+one method only (a gate method's gate learning rate and schedule). Trials stopped early
+(PRUNED) are not modelled: the GP sees final perplexities only. Public Optuna API throughout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution, FloatDistribution
+from optuna.search_space import IntersectionSearchSpace
+from optuna.trial import FrozenTrial, TrialState
+
+# Fewer COMPLETE pruned trials than this and the study's own sampler chooses: a process fitted
+# to one point says nothing about where to go.
+MIN_MODELLED = 2
+
+
+@contextmanager
+def _quiet_optuna() -> Iterator[None]:
+    """The throwaway study would log "A new study created in memory" at every proposal."""
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+
+
+class GPProposer:
+    """Proposes the next trial's shared parameters from the trials so far (one per run: the
+    sampler's random state and its fitted kernels carry over from one proposal to the next)."""
+
+    def __init__(self, seed: int) -> None:
+        # n_startup_trials=0: the study's start-up sweep is the GP's initial design.
+        # Trials are noisy (one seed's batches; BENCHMARKS.md, seed noise): the GP fits the noise.
+        self.sampler = optuna.samplers.GPSampler(seed=seed, n_startup_trials=0)
+
+    def __call__(self, trials: Iterable[FrozenTrial]) -> dict[str, Any] | None:
+        """The parameters for the next trial, or None (too few trials to model, or nothing
+        they share to search): the study's sampler then chooses all of them."""
+        pruned = [t for t in trials if not t.user_attrs.get("dense_control")]
+        complete = [t for t in pruned if t.state == TrialState.COMPLETE and t.values is not None]
+        if len(complete) < MIN_MODELLED:
+            return None
+        running = [t for t in pruned if t.state == TrialState.RUNNING and t.params]
+        with _quiet_optuna():
+            shadow = optuna.create_study(directions=["minimize", "minimize"], sampler=self.sampler)
+            shadow.add_trials(complete)
+            shared = {
+                name: distribution
+                for name, distribution in IntersectionSearchSpace().calculate(shadow).items()
+                if not distribution.single()
+            }
+            if not shared:
+                return None
+            for trial in running:  # after the intersection, which counts COMPLETE trials only
+                if shared.keys() <= trial.params.keys():
+                    shadow.add_trial(_as_running(trial))
+            proposed = shadow.ask(fixed_distributions=shared).params
+        return {name: _inside(value, shared[name]) for name, value in proposed.items()}
+
+
+def _inside(value: Any, distribution: BaseDistribution) -> Any:
+    """A float the process put a rounding error outside its range (exp(log(1e-3)) can be
+    1.0000000000000002e-3) back on its bound: an enqueued value outside its range warns."""
+    if isinstance(distribution, FloatDistribution):
+        return min(max(value, distribution.low), distribution.high)
+    return value
+
+
+def _as_running(trial: FrozenTrial) -> FrozenTrial:
+    """A copy of a running trial that an in-memory study accepts (its params and their
+    distributions; nothing the sampler does not read)."""
+    return optuna.trial.create_trial(
+        state=TrialState.RUNNING, params=trial.params, distributions=trial.distributions
+    )
