@@ -8,11 +8,13 @@ would sample every trial at random.
 
 So the proposal is made in a throwaway in-memory study that holds the study's trials but the
 dense control: the COMPLETE ones, which the process is fitted to, and the RUNNING ones, which
-the acquisition spreads away from. The parameters every COMPLETE pruned trial shares (the
+the acquisition spreads away from. A trial stopped early (PRUNED) is modelled at the perplexity
+it was stopped at: the scheduler stopped it because trials as small did better at that rung,
+and a process that never saw it would propose the same losing region again (TPE, likewise,
+counts stopped trials among the bad ones). The parameters every modelled trial shares (the
 default study: method, sparsity, lr, distill) come from the GP; the study enqueues them for its
 next trial, and its own sampler (TPE, per parameter) chooses what they leave out, the knobs of
-one method only (a gate method's gate learning rate and schedule). Trials stopped early
-(PRUNED) are not modelled: the GP sees final perplexities only. Public Optuna API throughout.
+one method only (a gate method's gate learning rate and schedule). Public Optuna API throughout.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from optuna.distributions import BaseDistribution, FloatDistribution
 from optuna.search_space import IntersectionSearchSpace
 from optuna.trial import FrozenTrial, TrialState
 
-# Fewer COMPLETE pruned trials than this and the study's own sampler chooses: a process fitted
+# Fewer modelled trials than this and the study's own sampler chooses: a process fitted
 # to one point says nothing about where to go.
 MIN_MODELLED = 2
 
@@ -56,12 +58,14 @@ class GPProposer:
         they share to search): the study's sampler then chooses all of them."""
         pruned = [t for t in trials if not t.user_attrs.get("dense_control")]
         complete = [t for t in pruned if t.state == TrialState.COMPLETE and t.values is not None]
-        if len(complete) < MIN_MODELLED:
+        worst = max((t.values[0] for t in complete), default=None)
+        modelled = complete + [s for s in (_as_modelled(t, worst) for t in pruned) if s is not None]
+        if len(modelled) < MIN_MODELLED:
             return None
         running = [t for t in pruned if t.state == TrialState.RUNNING and t.params]
         with _quiet_optuna():
             shadow = optuna.create_study(directions=["minimize", "minimize"], sampler=self.sampler)
-            shadow.add_trials(complete)
+            shadow.add_trials(modelled)
             shared = {
                 name: distribution
                 for name, distribution in IntersectionSearchSpace().calculate(shadow).items()
@@ -82,6 +86,21 @@ def _inside(value: Any, distribution: BaseDistribution) -> Any:
     if isinstance(distribution, FloatDistribution):
         return min(max(value, distribution.low), distribution.high)
     return value
+
+
+def _as_modelled(trial: FrozenTrial, worst: float | None) -> FrozenTrial | None:
+    """A trial stopped at a rung as the process sees it: COMPLETE at the rung's perplexity and
+    its size (``StudyDriver.note_rung`` records both), but no worse than the worst COMPLETE
+    trial's (``worst``): a rung's perplexity, part-way through fine-tuning, can be far above
+    any final one and would move the hypervolume's reference point out with it (on a synthetic
+    front the process then proposed the smallest model again and again). None for a trial not
+    stopped, or stopped before a rung was recorded."""
+    rung_ppl, n_params = trial.user_attrs.get("rung_val_perplexity"), trial.user_attrs.get("n_params")
+    if trial.state != TrialState.PRUNED or rung_ppl is None or n_params is None or worst is None:
+        return None
+    return optuna.trial.create_trial(
+        values=[min(rung_ppl, worst), n_params], params=trial.params, distributions=trial.distributions
+    )
 
 
 def _as_running(trial: FrozenTrial) -> FrozenTrial:
