@@ -8,7 +8,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState, create_trial
 
-from orchestrator.gp_proposals import GPProposer
+from orchestrator.gp_proposals import GPProposer, _as_modelled
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -73,6 +73,38 @@ def test_proposals_go_where_the_front_improves():
     assert {method for method, _ in proposals} == {"l0_target"}, proposals
     sizes = [sparsity for _, sparsity in proposals]
     assert max(sizes) - min(sizes) > 0.3, proposals
+
+
+def stopped(method: str, sparsity: float, rung_ppl: float | None):
+    """A trial the scheduler stopped at a rung, as the driver records it."""
+    params = {"method": method, "sparsity": sparsity, "lr": 3e-3}
+    attrs = {} if rung_ppl is None else {"rung_val_perplexity": rung_ppl, "n_params": 32.0 * (1 - sparsity)}
+    distributions = {name: SPACE[name] for name in params}
+    return create_trial(state=TrialState.PRUNED, params=params, distributions=distributions, user_attrs=attrs)
+
+
+def test_a_stopped_trial_is_modelled_at_its_rung_no_worse_than_the_worst_complete_one():
+    worst = max(t.values[0] for t in STARTUP)
+    near = _as_modelled(stopped("l0_target", 0.5, rung_ppl=1.6), worst)
+    assert near.state == TrialState.COMPLETE and near.values == [1.6, 16.0]
+    assert near.params == {"method": "l0_target", "sparsity": 0.5, "lr": 3e-3}
+    far = _as_modelled(stopped("l0_target", 0.5, rung_ppl=30.0), worst)
+    assert far.values == [worst, 16.0]  # the reference point stays where the final results put it
+    assert _as_modelled(stopped("l0_target", 0.5, rung_ppl=None), worst) is None  # no rung recorded
+    assert _as_modelled(STARTUP[0], worst) is None  # only stopped trials are converted
+
+
+def test_stopped_trials_steer_the_proposals_away():
+    """Without the stopped trials the first proposal is l0_target at 0.59, in the middle (the
+    test above). With l0_target stopped at 0.35-0.7, a little worse at its rung than importance
+    there, the first proposals leave that region."""
+    trials = [DENSE, *STARTUP]
+    trials += [stopped("l0_target", s, perplexity("importance", s) + 0.05) for s in (0.35, 0.5, 0.6, 0.7)]
+    proposer = GPProposer(seed=0)
+    for _ in range(2):
+        point = proposer(trials)
+        assert point["method"] == "importance" or not 0.3 < point["sparsity"] < 0.75, point
+        trials.append(pruned(point["method"], point["sparsity"], point["lr"]))
 
 
 def test_the_driver_runs_the_proposal_after_the_startup(tmp_path):
