@@ -9,12 +9,13 @@ would sample every trial at random.
 So the proposal is made in a throwaway in-memory study that holds the study's trials but the
 dense control: the COMPLETE ones, which the process is fitted to, and the RUNNING ones, which
 the acquisition spreads away from. A trial stopped early (PRUNED) is modelled at the perplexity
-it was stopped at: the scheduler stopped it because trials as small did better at that rung,
-and a process that never saw it would propose the same losing region again (TPE, likewise,
-counts stopped trials among the bad ones). The parameters every modelled trial shares (the
-default study: method, sparsity, lr, distill) come from the GP; the study enqueues them for its
-next trial, and its own sampler (TPE, per parameter) chooses what they leave out, the knobs of
-one method only (a gate method's gate learning rate and schedule). Public Optuna API throughout.
+it was stopped at, capped at the worst final one: the scheduler stopped it because trials as
+small did better at that rung, and a process that never saw it would propose the same losing
+region again (Optuna's TPE, likewise, ranks a stopped trial below every COMPLETE one). The
+parameters every modelled trial shares (the default study: method, sparsity, lr, distill) come
+from the GP; the study enqueues them for its next trial, and its own sampler (TPE, per
+parameter) chooses what they leave out, the knobs of one method only (a gate method's gate
+learning rate and schedule). Public Optuna API throughout.
 """
 
 from __future__ import annotations
@@ -56,13 +57,13 @@ class GPProposer:
     def __call__(self, trials: Iterable[FrozenTrial]) -> dict[str, Any] | None:
         """The parameters for the next trial, or None (too few trials to model, or nothing
         they share to search): the study's sampler then chooses all of them."""
-        pruned = [t for t in trials if not t.user_attrs.get("dense_control")]
-        complete = [t for t in pruned if t.state == TrialState.COMPLETE and t.values is not None]
+        searched = [t for t in trials if not t.user_attrs.get("dense_control")]
+        complete = [t for t in searched if t.state == TrialState.COMPLETE and t.values is not None]
         worst = max((t.values[0] for t in complete), default=None)
-        modelled = complete + [s for s in (_as_modelled(t, worst) for t in pruned) if s is not None]
+        modelled = complete + [s for s in (_as_modelled(t, worst) for t in searched) if s is not None]
         if len(modelled) < MIN_MODELLED:
             return None
-        running = [t for t in pruned if t.state == TrialState.RUNNING and t.params]
+        running = [t for t in searched if t.state == TrialState.RUNNING and t.params]
         with _quiet_optuna():
             shadow = optuna.create_study(directions=["minimize", "minimize"], sampler=self.sampler)
             shadow.add_trials(modelled)
@@ -73,7 +74,7 @@ class GPProposer:
             }
             if not shared:
                 return None
-            for trial in running:  # after the intersection, which counts COMPLETE trials only
+            for trial in running:  # after the intersection, which counts finished trials only
                 if shared.keys() <= trial.params.keys():
                     shadow.add_trial(_as_running(trial))
             proposed = shadow.ask(fixed_distributions=shared).params
