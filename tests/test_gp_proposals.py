@@ -53,6 +53,12 @@ def test_too_few_trials_or_nothing_shared_leaves_the_choice_to_the_studys_sample
     assert GPProposer(seed=0)([DENSE, STARTUP[0]]) is None  # one point: nothing to model
     running_only = [DENSE, pruned("importance", 0.5, state=TrialState.RUNNING)]
     assert GPProposer(seed=0)(running_only) is None
+    sparsity_only = {"sparsity": SPACE["sparsity"]}
+    only_own_knobs = [  # two trials with no parameter in common
+        create_trial(values=[1.2, 16.0], params={"lr": 3e-3}, distributions={"lr": SPACE["lr"]}),
+        create_trial(values=[1.1, 24.0], params={"sparsity": 0.25}, distributions=sparsity_only),
+    ]
+    assert GPProposer(seed=0)([DENSE, *only_own_knobs]) is None
 
 
 def test_a_seed_gives_the_same_proposal():
