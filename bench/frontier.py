@@ -422,12 +422,13 @@ def report(per_seed: list[dict], budget_minutes: float, cpus_per_trial: float) -
     others = [a for a in arms if not a.startswith("searched")]
     for candidate in [a for a in arms if a.startswith("searched")]:
         mine = column(candidate, "hypervolume")
-        if others:
+        rivals = [a for a in arms if a != candidate]  # other searched arms too (samplers side by side)
+        if rivals:
             print_table(
                 f"{candidate}'s hypervolume minus each other arm's, paired by seed (one seed's batches "
                 "are every arm's): the mean and its 95% t-interval",
                 ["arm", "by seed", "mean", "95% interval"],
-                [[other, *paired(mine, column(other, "hypervolume"))] for other in others],
+                [[rival, *paired(mine, column(rival, "hypervolume"))] for rival in rivals],
             )
         # per other arm, the candidate's lead on each seed (its mean lead is their mean)
         leads = [[m - o for m, o in zip(mine, column(a, "hypervolume"))] for a in others]

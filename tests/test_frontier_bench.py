@@ -189,8 +189,12 @@ def test_a_labelled_run_merges_beside_the_default_run_and_every_searched_arm_is_
         "importance:distillstart",
     }
     report(merged, budget_minutes, 1.0)
-    targets = [line for line in capsys.readouterr().out.splitlines() if line.startswith("targets")]
-    # Each searched arm against the arms that are not searched: 4.2 beats both sweeps' 4.4, 4.6 does not.
+    out = capsys.readouterr().out
+    targets = [line for line in out.splitlines() if line.startswith("targets")]
+    # The searched arms are paired with each other too (two samplers side by side: 4.6 - 4.2)...
+    pairs = out.split("searched's hypervolume minus each other arm's")[1].split("targets")[0]
+    assert "| searched:distillstart |" in pairs and "| importance |" in pairs
+    # ... but each is judged against the arms that are not searched: 4.2 beats both sweeps' 4.4, 4.6 does not.
     assert len(targets) == 2
     assert targets[0].startswith("targets: searched hypervolume beats every other arm on the mean: not met")
     assert targets[1].startswith(
