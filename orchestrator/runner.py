@@ -216,27 +216,13 @@ def study_dense_checkpoint(
     )
 
 
-def _trials_asked(store: StudyStore, study_name: str) -> int:
+def _search_seed(cfg: StudyConfig, store: StudyStore, study_name: str) -> int:
+    """The seed of this run's sampler and proposer: the study's plus the trials already asked,
+    so a resumed study does not replay its start points."""
     if not study_exists(store, study_name):
-        return 0
+        return cfg.study.seed
     study_id = store.storage.get_study_id_from_name(study_name)
-    return len(store.storage.get_all_trials(study_id, deepcopy=False))
-
-
-def _sampler(
-    cfg: StudyConfig, opts: RunOptions, store: StudyStore, startup: int
-) -> optuna.samplers.BaseSampler:
-    # Seeded by the trials already asked, so a resumed study does not replay its start points.
-    asked = _trials_asked(store, opts.study_name)
-    return make_sampler(cfg.study.sampler, seed=cfg.study.seed + asked, startup=startup)
-
-
-def _proposer(cfg: StudyConfig, opts: RunOptions, store: StudyStore) -> GPProposer | None:
-    """``[study] sampler = "gp"``: the Gaussian process proposes what the pruned trials share
-    (``gp_proposals``; seeded as ``_sampler`` is); the other samplers need none."""
-    if cfg.study.sampler != "gp":
-        return None
-    return GPProposer(seed=cfg.study.seed + _trials_asked(store, opts.study_name))
+    return cfg.study.seed + len(store.storage.get_all_trials(study_id, deepcopy=False))
 
 
 def make_sampler(kind: str, *, seed: int, startup: int) -> optuna.samplers.BaseSampler:
@@ -296,7 +282,9 @@ def _run_leased(
 ) -> RunSummary:
     space = cfg.search.for_model(model_cfg.layer_heads)  # the start-up: one new head count per trial
     startup = startup_trials(cfg, opts.n_trials, space)
-    study = create_or_load_study(store, opts.study_name, _sampler(cfg, opts, store, startup))
+    seed = _search_seed(cfg, store, opts.study_name)
+    sampler = make_sampler(cfg.study.sampler, seed=seed, startup=startup)
+    study = create_or_load_study(store, opts.study_name, sampler)
     say(f"study {opts.study_name!r} in {store.safe_url}")
     orphans = fail_orphaned_trials(store, study)
     if orphans:
@@ -318,7 +306,8 @@ def _run_leased(
         on_finished=lambda number: _after_trial(store, study, driver, number),
         spread_trials=startup,
         gap_fill_every=cfg.study.gap_fill_every,
-        proposer=_proposer(cfg, opts, store),
+        # [study] sampler = "gp": the Gaussian process proposes what the searched trials share
+        proposer=GPProposer(seed) if cfg.study.sampler == "gp" else None,
         trial_cpu_seconds_budget=opts.trial_cpu_seconds_budget,
         still_leased=lambda: not lease.lost.is_set(),
     )
