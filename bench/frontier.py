@@ -475,6 +475,13 @@ def paired(mine: list[float], theirs: list[float]) -> list[str]:
     return [" / ".join(f"{d:+.4f}" for d in diffs), f"{mean:+.4f}", interval]
 
 
+def machine_scale(reference_seconds: float, own_seconds: float) -> float:
+    """What a run's CPU seconds are multiplied by to read in the reference run's: the ratio of
+    their dense controls' CPU times, or 1 within 3% (one machine's noise, not another machine)."""
+    scale = reference_seconds / own_seconds
+    return 1.0 if abs(scale - 1) <= 0.03 else scale
+
+
 def merge_seeds(saved: list[dict], budget_minutes: float = math.inf) -> tuple[list[dict], float]:
     """Saved runs as one, and the budget in minutes they are compared at: the arms of runs of
     the same seed side by side (from the same dense control, which is checked), the seeds in
@@ -505,10 +512,8 @@ def merge_seeds(saved: list[dict], budget_minutes: float = math.inf) -> tuple[li
             twice = set(known["arms"]) & set(seed["arms"])
             if twice:
                 raise SystemExit(f"--merge: seed {seed['seed']} has arm(s) {', '.join(sorted(twice))} twice")
-            scale = known["dense"]["seconds"] / seed["dense"]["seconds"]
-            if abs(scale - 1) <= 0.03:
-                scale = 1.0
-            else:
+            scale = machine_scale(known["dense"]["seconds"], seed["dense"]["seconds"])
+            if scale != 1.0:
                 print(
                     f"seed {seed['seed']}: {', '.join(seed['arms'])} ran where the dense control took "
                     f"{seed['dense']['seconds']:.0f} CPU-s against {known['dense']['seconds']:.0f}: "
@@ -522,14 +527,12 @@ def merge_seeds(saved: list[dict], budget_minutes: float = math.inf) -> tuple[li
     if any(a != arms[0] for a in arms):
         raise SystemExit("--merge: the seeds do not all have the same arms")
     # Seeds whose first runs were on machines of other speeds (seeds added later, elsewhere): in
-    # the first seed's seconds too, by the same 3% rule, so that one budget is equal compute.
+    # the first seed's seconds too, so that one budget is equal compute.
     first = by_seed[saved[0]["seeds"][0]["seed"]]["dense"]["seconds"]
     factor = {}
     for number, seed in by_seed.items():
-        factor[number] = first / seed["dense"]["seconds"]
-        if abs(factor[number] - 1) <= 0.03:
-            factor[number] = 1.0
-        else:
+        factor[number] = machine_scale(first, seed["dense"]["seconds"])
+        if factor[number] != 1.0:
             print(
                 f"seed {number}: its first run's dense control took {seed['dense']['seconds']:.0f} CPU-s "
                 f"against {first:.0f} (the first seed's): its CPU times are scaled by {factor[number]:.3f}",
