@@ -20,13 +20,24 @@ spaced so that the subset samples the whole text. The third table is the same sp
 interleaved subsets (window i in subset i mod k: evenly spaced too), and the CPU seconds of one
 evaluation of the study's rung subset beside the whole split's (medians of 3, measured
 alternately).
+
+The damaged model of the second table differs from the dense one far more than two points of a
+front differ from each other. ``--neighbours`` (the last table) trains what a front holds at one
+size: two methods at 50% of the heads removed, and the first of them again on another seed's
+batches, with the benchmark's trial budget, and gives the paired noise of the ratio between
+them: the standard error over the whole split's windows, and the spread over interleaved and
+contiguous halves. Beside it, how far the two methods and the two seeds actually differ: an
+evaluation noise well under the seed-to-seed difference means that the front's comparisons are
+decided by training noise (``launch-study replicate``), not by the choice of validation tokens.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import shutil
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,8 +47,11 @@ from bench.common import print_json, print_table
 from orchestrator.config import load_study_config
 from orchestrator.runner import prepare_inputs, study_dense_checkpoint
 from trainers.data import eval_windows, rung_windows
+from trainers.export import load_model
+from trainers.hparams import TrialBudget, TrialHParams
 from trainers.pretrain import load_dense
 from trainers.training import mean_loss
+from trainers.trial import TrialSetup, run_trial
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -61,6 +75,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--study", type=Path, default=REPO / "studies" / "tinyshakespeare.toml")
     parser.add_argument("--artifacts", type=Path, default=REPO / "runs" / "artifacts")
+    parser.add_argument(
+        "--neighbours",
+        action="store_true",
+        help="also train two methods at 50%% removed and one of them on another seed (three "
+        "150-step trials, a few CPU-minutes) and give the noise of the ratios between them",
+    )
     args = parser.parse_args()
     cfg = load_study_config(args.study)
     corpus, model_cfg = prepare_inputs(cfg)
@@ -134,7 +154,62 @@ def main() -> None:
         f"target: stable to 0.2% at the whole split: the level {'met' if level <= 0.002 else 'not met'} "
         f"({level:.2%}), the ratio between two models {'met' if ratio <= 0.002 else 'not met'} ({ratio:.2%})"
     )
+    if args.neighbours:
+        report["neighbours"] = neighbours_noise(corpus, dense, block, cfg.budget.eval_tokens)
     print_json("eval_noise", report)
+
+
+# What a front holds at one size in bench.frontier's runs: the default study's start-up method and
+# its most frequent rival there, at the start-up's settings, with the benchmark's trial budget.
+NEIGHBOURS = {
+    "importance": TrialHParams(method="importance", sparsity=0.5, lr=3e-3, distill=True),
+    "topk": TrialHParams(method="topk", sparsity=0.5, lr=3e-3, distill=True),
+}
+
+
+def neighbours_noise(corpus, dense, block: int, eval_tokens: int) -> dict:
+    """The evaluation noise of the ratio between two fine-tuned models of one size, beside how
+    far they differ: two methods on seed 0's batches, and the first method on seed 1's."""
+    budget = TrialBudget(prune_steps=50, finetune_steps=100, batch_size=32, eval_tokens=eval_tokens)
+    models = {}
+    for label, hp, seed in (
+        ("importance", NEIGHBOURS["importance"], 0),
+        ("topk", NEIGHBOURS["topk"], 0),
+        ("importance, seed 1", NEIGHBOURS["importance"], 1),
+    ):
+        folder = Path(tempfile.mkdtemp(prefix="eval_noise_"))
+        result = run_trial(TrialSetup(corpus, dense, budget, seed=seed), hp, save_dir=folder)
+        model, _ = load_model(folder, device="cpu")
+        shutil.rmtree(folder)
+        models[label] = window_losses(model, corpus.val, block)
+        print(f"  trained {label}: {result.val_perplexity:.4f}, {result.heads_per_layer} heads", flush=True)
+    rows, report = [], {}
+    for pair in (("topk", "importance"), ("importance, seed 1", "importance")):
+        differences = models[pair[0]] - models[pair[1]]
+        n = len(differences)
+        ratio = math.exp(differences.mean().item())
+        se = (differences.std() / math.sqrt(n)).item()
+        half = n // 2
+        halves = {
+            "interleaved": [math.exp(differences[k::2].mean().item()) for k in range(2)],
+            "contiguous": [math.exp(differences[k * half : (k + 1) * half].mean().item()) for k in range(2)],
+        }
+        name = f"{pair[0]} / {pair[1]}"
+        report[name] = {"ratio": ratio, "relative_se": se, "halves": halves}
+        rows.append(
+            [
+                name,
+                f"{ratio - 1:+.2%}",
+                f"{se:.2%}",
+                *(f"{abs(h[0] - h[1]) / ratio:.2%}" for h in halves.values()),
+            ]
+        )
+    print_table(
+        "two fine-tuned models at 50% of the heads removed, on the same tokens (150-step trials)",
+        ["pair", "ratio - 1", "s.e. (whole split)", "interleaved halves differ", "contiguous halves"],
+        rows,
+    )
+    return report
 
 
 if __name__ == "__main__":
