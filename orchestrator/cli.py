@@ -106,9 +106,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def _trial_run_arguments(parser: argparse.ArgumentParser) -> None:
     """What a command that runs trials on Ray Tune takes besides its study file (run, replicate)."""
-    parser.add_argument(
-        "--storage", help="database URL (default: $HEADPRUNE_STORAGE, else sqlite:///runs/<study>.db)"
-    )
+    _storage_argument(parser)
     parser.add_argument("--study-name", help="default: [study] name")
     parser.add_argument("--max-concurrent", type=int, help="trials running at once")
     parser.add_argument(
@@ -131,10 +129,15 @@ def _trial_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _study_arguments(parser: argparse.ArgumentParser) -> None:
+def _storage_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--storage", help="database URL (default: $HEADPRUNE_STORAGE, else sqlite:///runs/<study>.db)"
     )
+
+
+def _study_arguments(parser: argparse.ArgumentParser) -> None:
+    """What a command that reads a stored study takes (status, export, export-model)."""
+    _storage_argument(parser)
     parser.add_argument("--study-name", required=True, help="the study's name ([study] name of its file)")
 
 

@@ -138,7 +138,7 @@ class StudyDriver:
         on_finished: Callable[[int], None],
         spread_trials: int = 0,
         gap_fill_every: int = 0,
-        proposer: Callable[[list[optuna.trial.FrozenTrial]], dict | None] | None = None,
+        proposer: Proposer | None = None,
         trial_cpu_seconds_budget: float | None = None,
         still_leased: Callable[[], bool] = lambda: True,
     ) -> None:
@@ -238,7 +238,7 @@ class StudyDriver:
         elif self.gap_fill_every and (index - self.spread_trials) % self.gap_fill_every == 0:
             point = self._gap_fill(trials)
         elif self.proposer is not None:
-            point, attrs = self.proposer(trials), {"proposed_by": "gp"}
+            point, attrs = self.proposer(trials), {"proposed_by": self.proposer.name}
         else:
             point = None
         if point is not None:
@@ -344,6 +344,16 @@ class StudySearcher(Searcher):
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "driver"} | {"driver": None}
+
+
+class Proposer(Protocol):
+    """Chooses the next trial's parameters from the study's trials, or None to leave them to the
+    study's sampler (``gp_proposals.GPProposer``); a trial it chose records ``name`` as its
+    ``proposed_by`` user attribute."""
+
+    name: str
+
+    def __call__(self, trials: list[optuna.trial.FrozenTrial]) -> dict | None: ...
 
 
 class Stoppable(Protocol):

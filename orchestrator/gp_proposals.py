@@ -49,6 +49,8 @@ class GPProposer:
     """Proposes the next trial's shared parameters from the trials so far (one per run: the
     sampler's random state and its fitted kernels carry over from one proposal to the next)."""
 
+    name = "gp"  # what a trial it proposed records as ``proposed_by`` (the sampler's name)
+
     def __init__(self, seed: int) -> None:
         # n_startup_trials=0: the study's start-up sweep is the GP's initial design.
         # Trials are noisy (one seed's batches; BENCHMARKS.md, seed noise): the GP fits the noise.
@@ -60,7 +62,7 @@ class GPProposer:
         searched = [t for t in trials if not t.user_attrs.get("dense_control")]
         complete = [t for t in searched if t.state == TrialState.COMPLETE and t.values is not None]
         worst = max((t.values[0] for t in complete), default=None)
-        modelled = complete + [s for s in (_as_modelled(t, worst) for t in searched) if s is not None]
+        modelled = complete + [s for s in (as_modelled(t, worst) for t in searched) if s is not None]
         if len(modelled) < MIN_MODELLED:
             return None
         running = [t for t in searched if t.state == TrialState.RUNNING and t.params]
@@ -89,7 +91,7 @@ def _inside(value: Any, distribution: BaseDistribution) -> Any:
     return value
 
 
-def _as_modelled(trial: FrozenTrial, worst: float | None) -> FrozenTrial | None:
+def as_modelled(trial: FrozenTrial, worst: float | None) -> FrozenTrial | None:
     """A trial stopped at a rung as the process sees it: COMPLETE at the rung's perplexity and
     its size (``StudyDriver.note_rung`` records both), but no worse than the worst COMPLETE
     trial's (``worst``): a rung's perplexity, part-way through fine-tuning, can be far above

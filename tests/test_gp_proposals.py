@@ -8,7 +8,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState, create_trial
 
-from orchestrator.gp_proposals import GPProposer, _as_modelled
+from orchestrator.gp_proposals import GPProposer, as_modelled
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -91,13 +91,13 @@ def stopped(method: str, sparsity: float, rung_ppl: float | None):
 
 def test_a_stopped_trial_is_modelled_at_its_rung_no_worse_than_the_worst_complete_one():
     worst = max(t.values[0] for t in STARTUP)
-    near = _as_modelled(stopped("l0_target", 0.5, rung_ppl=1.6), worst)
+    near = as_modelled(stopped("l0_target", 0.5, rung_ppl=1.6), worst)
     assert near.state == TrialState.COMPLETE and near.values == [1.6, 16.0]
     assert near.params == {"method": "l0_target", "sparsity": 0.5, "lr": 3e-3}
-    far = _as_modelled(stopped("l0_target", 0.5, rung_ppl=30.0), worst)
+    far = as_modelled(stopped("l0_target", 0.5, rung_ppl=30.0), worst)
     assert far.values == [worst, 16.0]  # the reference point stays where the final results put it
-    assert _as_modelled(stopped("l0_target", 0.5, rung_ppl=None), worst) is None  # no rung recorded
-    assert _as_modelled(STARTUP[0], worst) is None  # only stopped trials are converted
+    assert as_modelled(stopped("l0_target", 0.5, rung_ppl=None), worst) is None  # no rung recorded
+    assert as_modelled(STARTUP[0], worst) is None  # only stopped trials are converted
 
 
 def test_stopped_trials_steer_the_proposals_away():
@@ -118,14 +118,14 @@ def test_the_driver_runs_the_proposal_after_the_startup(tmp_path):
     sparsity, lr and distill (marked as proposed), and the study's sampler the rest."""
     from helpers import default_study_driver, worker_result
 
-    proposer = GPProposer(seed=0)
     proposals = []
 
-    def recording(trials):
-        proposals.append(proposer(trials))
-        return proposals[-1]
+    class Recording(GPProposer):
+        def __call__(self, trials):
+            proposals.append(super().__call__(trials))
+            return proposals[-1]
 
-    driver = default_study_driver(tmp_path, startup=4, spread_trials=3, proposer=recording)
+    driver = default_study_driver(tmp_path, startup=4, spread_trials=3, proposer=Recording(seed=0))
     dense = driver.next_config("dense")["hparams"]
     driver.finish("dense", worker_result({**dense, "sparsity": 0.0}, 4.60), None)
     for name, ppl in zip(["s0", "s1", "s2"], [6.27, 4.80, 5.00]):
