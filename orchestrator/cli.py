@@ -211,11 +211,20 @@ def _replicate(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from orchestrator.export import study_table, to_json, write_table
-    from orchestrator.report import plot_front
+    from orchestrator.preflight import check_not_an_input, check_writable_file
+    from orchestrator.report import check_plot_format, plot_front, plot_paths
+    from orchestrator.storage import resolve_url, sqlite_database
 
     fmt = args.format or ("json" if args.output and args.output.suffix.lower() == ".json" else "csv")
-    if args.output and args.output.is_dir():
-        raise UserError(f"--output {args.output} is a folder, not a file")
+    # Every file it will write, checked before the first is: none may be the database it reads.
+    database = {"SQLite database": sqlite_database(resolve_url(args.storage, args.study_name))}
+    targets = [("--output", args.output)] if args.output else []
+    if args.plot:
+        check_plot_format(args.plot)
+        targets += [("--plot", path) for path in plot_paths(args.plot)]
+    for what, path in targets:
+        check_writable_file(what, path)
+        check_not_an_input(what, path, database)
     store, study = _open_study(args)
     frame = study_table(store, study, everything=args.all)
     if args.output:  # the data in the file; what was written, on stderr like every other note
@@ -244,6 +253,7 @@ def _export_model(args: argparse.Namespace) -> int:
 
     from optuna.trial import TrialState
 
+    from orchestrator.preflight import check_writable_folder
     from trainers.export import CorruptModel, UnverifiedModel, load_model
 
     _, study = _open_study(args)
@@ -267,6 +277,7 @@ def _export_model(args: argparse.Namespace) -> int:
     except CorruptModel as err:
         raise UserError(f"trial {args.trial}'s model cannot be exported: {err}") from None
     output = args.output.resolve()
+    check_writable_folder("--output", output)  # a folder under a file, or where nothing can be written
     if output == source or source in output.parents or output in source.parents:
         raise UserError(
             f"--output {args.output} holds the trial's own folder or is inside it: choose another"

@@ -48,12 +48,13 @@ class StudySettings:
     name: str = bounded("", kind=str, doc="the Optuna study's name")
     n_trials: int = bounded(12, 1, doc="COMPLETE trials the study ends with")
     max_concurrent: int = bounded(1, 1, doc="trials running at once")
-    seed: int = bounded(0, 0)
+    # numpy's and Optuna's samplers take 32 bits; the sampler's is this plus the trials asked
+    seed: int = bounded(0, 0, 2**31 - 1)
     cpus_per_trial: float = bounded(2.0, 0.0)
     gpus_per_trial: float = bounded(0.0, 0.0)
     max_retries: int = bounded(1, 0, doc="Tune retries of a trial whose worker died")
     max_failed_trials: int = bounded(5, 0, doc="FAIL trials a run tolerates before it stops")
-    lease_seconds: float = bounded(60.0, 1.0, doc="a driver silent this long loses the study")
+    lease_seconds: float = bounded(60.0, 1.0, 86400.0, doc="a driver silent this long loses the study")
     startup_trials: int = bounded(
         0, 0, doc="trials spread over sparsity before the sampler models (0: n/2 + 1, <= one per size)"
     )
@@ -198,6 +199,12 @@ def config_from_raw(path: Path, raw: dict[str, Any]) -> StudyConfig:
     corpus = _table(f"{path}: [corpus]", raw.get("corpus", {}), field_specs(CorpusSettings))
     if not corpus["path"] and not (corpus["train_path"] and corpus["val_path"]):
         raise UserError(f"{path}: [corpus] needs path, or both train_path and val_path")
+    if corpus["path"] and (corpus["train_path"] or corpus["val_path"]):
+        given = "train_path" if corpus["train_path"] else "val_path"
+        raise UserError(
+            f"{path}: [corpus] path and {given} both given: one file split (path), or two files "
+            "(train_path and val_path), not both"
+        )
     model = _check_model(path, raw.get("model", {}), corpus)
     pretrain = _table(f"{path}: [pretrain]", raw.get("pretrain", {}), field_specs(PretrainConfig))
     # A user's model is the dense checkpoint as it is, unless [pretrain] asks for more training.

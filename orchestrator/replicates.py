@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import shlex
 import signal
 import sys
 from dataclasses import dataclass
@@ -62,6 +61,7 @@ from orchestrator.storage import (
     read_frontier,
     read_replicates,
     record_replicate,
+    redact_command,
 )
 from trainers.trial import TrialSetup
 
@@ -305,7 +305,7 @@ def _run_jobs(cfg: StudyConfig, opts: RunOptions, setup: TrialSetup, run: Replic
         raise Interrupted(
             run.interrupted_by,
             f"interrupted ({signal.Signals(run.interrupted_by).name}) with {run.recorded} of {len(run.jobs)} "
-            f"replicates recorded; resume with: {shlex.join(['launch-study', *sys.argv[1:]])}",
+            f"replicates recorded; resume with: {redact_command(['launch-study', *sys.argv[1:]])}",
         )
 
 

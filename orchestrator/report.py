@@ -11,6 +11,7 @@ import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
+from orchestrator.errors import UserError
 from orchestrator.export import Replicated, trials_over_seeds
 from orchestrator.frontier import hypervolume, pareto_front
 from orchestrator.records import TrialRecord, dense_control
@@ -269,6 +270,22 @@ def front_note(study: optuna.Study, replicates: Replicated | None = None) -> str
     )
 
 
+def plot_paths(output: Path) -> list[Path]:
+    """The files ``plot_front`` writes: the front, and the head map beside it."""
+    return [output, output.with_name(output.stem + "_heads" + output.suffix)]
+
+
+def check_plot_format(output: Path) -> None:
+    """``output``'s suffix is an image format matplotlib writes (checked before anything is
+    written: matplotlib would say so only once the CSV is out)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if output.suffix.lstrip(".").lower() not in formats:
+        shown = ", ".join(sorted(formats))
+        raise UserError(f"--plot {output}: not an image format matplotlib writes (one of {shown})")
+
+
 def plot_front(study: optuna.Study, output: Path) -> list[Path]:
     """The front PNG (perplexity against parameters, every trial in grey, the front as a line, one
     colour per method, the dense control starred) and a head map PNG beside it."""
@@ -314,9 +331,9 @@ def plot_front(study: optuna.Study, output: Path) -> list[Path]:
     fig.tight_layout()
     fig.savefig(output)
     plt.close(fig)
-    heads = output.with_name(output.stem + "_heads" + output.suffix)
+    heads = plot_paths(output)[1]
     _plot_head_maps(front, heads, plt, study.user_attrs.get("config", {}).get("model", {}).get("n_head"))
-    return [output, heads]
+    return plot_paths(output)
 
 
 def _plot_head_maps(front: list[FrozenTrial], output: Path, plt, n_head: int | None) -> None:

@@ -30,6 +30,7 @@ from orchestrator.gp_proposals import GPProposer
 from orchestrator.interrupts import Interrupted, keep_sigterm_handler, wind_down
 from orchestrator.preflight import (
     check_devices,
+    check_not_an_input,
     check_ray_address,
     check_sqlite_path,
     check_study_name,
@@ -43,11 +44,13 @@ from orchestrator.storage import (
     HeldLease,
     StudyStore,
     check_objectives,
+    check_store,
     create_or_load_study,
     fail_and_ask_again,
     fail_orphaned_trials,
     hold_lease,
     open_store,
+    redact_command,
     refresh_frontier,
     resolve_url,
     sqlite_database,
@@ -255,6 +258,10 @@ def preflight(cfg: StudyConfig, opts: RunOptions) -> None:
     check_study_name(opts.study_name)
     check_writable_folder("--artifacts", opts.artifacts)
     check_writable_file("--output", opts.output_csv)
+    corpus = cfg.corpus.load_kwargs(cfg.source.parent)
+    inputs = {"study file": cfg.source, "SQLite database": sqlite_database(opts.storage_url)}
+    inputs |= {f"corpus file ([corpus] {key})": corpus.get(key) for key in ("path", "train_path", "val_path")}
+    check_not_an_input("--output", opts.output_csv, inputs)
     check_sqlite_path(sqlite_database(opts.storage_url))
     check_devices(cfg.budget.device, cfg.study.gpus_per_trial, joining_cluster=bool(opts.ray_address))
     check_ray_address(opts.ray_address)
@@ -262,10 +269,11 @@ def preflight(cfg: StudyConfig, opts: RunOptions) -> None:
 
 def run_study(cfg: StudyConfig, opts: RunOptions) -> RunSummary:
     preflight(cfg, opts)  # first: the corpus's caches are written under --artifacts
+    check_store(opts.storage_url, opts.study_name)  # reads only: a mistake there writes nothing
     corpus, model_cfg = prepare_inputs(cfg, cache_dir=opts.artifacts / "cache")
     store = open_store(opts.storage_url)
     if study_exists(store, opts.study_name):
-        check_objectives(store, opts.study_name)  # before the lease: a mistake writes nothing
+        check_objectives(store, opts.study_name)  # again: another driver may have made it since
     with hold_lease(store, opts.study_name, cfg.study.lease_seconds) as lease:
         if lease.takeover:
             say(lease.takeover.describe())
@@ -352,7 +360,6 @@ def _wind_down(store: StudyStore, study: optuna.Study, driver: StudyDriver) -> N
     """After an interrupt: the trials that were running are failed and asked for again (a
     resumed run continues them), the frontier table is brought up to date, and the run ends
     with how to resume it; no CSV is written for a study that did not finish."""
-    import shlex
     import sys
 
     name = signal.Signals(driver.interrupted_by).name
@@ -361,7 +368,7 @@ def _wind_down(store: StudyStore, study: optuna.Study, driver: StudyDriver) -> N
     fail_and_ask_again(store, study, running, f"interrupted ({name}) while it ran")
     refresh_frontier(store, study)
     again = f" (trials {sorted(numbers)} will run again)" if numbers else ""
-    command = shlex.join(["launch-study", *sys.argv[1:]])
+    command = redact_command(["launch-study", *sys.argv[1:]])
     raise Interrupted(
         driver.interrupted_by,
         f"interrupted ({name}) with {driver.n_finished} of {driver.n_trials} trials finished{again}; "

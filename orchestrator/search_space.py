@@ -25,8 +25,8 @@ from trainers.gates import check_reachable, heads_to_keep
 def _describe_bounds(spec: dict) -> str:
     low, high = spec.get("low"), spec.get("high")
     if high is None:
-        return f">= {low}"
-    return f"in [{low}, {high}{')' if spec.get('high_open') else ']'}"
+        return f"{'>' if spec.get('low_open') else '>='} {low}"
+    return f"in {'(' if spec.get('low_open') else '['}{low}, {high}{')' if spec.get('high_open') else ']'}"
 
 
 def check_value(where: str, value: Any, spec: dict) -> Any:
@@ -49,7 +49,7 @@ def check_value(where: str, value: Any, spec: dict) -> Any:
     if choices and value not in choices:
         raise UserError(f"{where}: {value!r} is not one of {', '.join(map(str, choices))}")
     low, high = spec.get("low"), spec.get("high")
-    if low is not None and value < low:
+    if low is not None and (value < low or (spec.get("low_open") and value <= low)):
         raise UserError(f"{where}: {value!r} must be {_describe_bounds(spec)}")
     if high is not None and (value > high or (spec.get("high_open") and value >= high)):
         raise UserError(f"{where}: {value!r} must be {_describe_bounds(spec)}")
@@ -396,4 +396,9 @@ def _range(at: str, table: dict, spec: dict) -> Range:
     step = table.get("step")
     if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float)) or step <= 0):
         raise UserError(f"{at}: step must be a positive number")
+    if step is not None and log:
+        raise UserError(f"{at}: a range takes log or step, not both")
+    if step is not None and not math.isclose((high - low) / step, round((high - low) / step), abs_tol=1e-9):
+        # Optuna would move high down to the grid, with a warning in the middle of the run
+        raise UserError(f"{at}: high - low ({high - low:g}) must be a whole number of steps of {step:g}")
     return Range(float(low), float(high), log, step, integer=kind is int)

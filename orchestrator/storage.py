@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import socket
 import threading
 import uuid
@@ -105,11 +106,16 @@ SECRET_QUERY_KEYS = frozenset({"password", "passwd", "pwd", "sslpassword", "pass
 def _parse_url(url: str) -> sa.URL:
     """make_url, with a reason that never repeats the URL (it may hold a password)."""
     try:
-        return make_url(url)
+        parsed = make_url(url)
     except ValueError:  # make_url's int() of the port
         raise ArgumentError("its port is not a number") from None
     except ArgumentError:
         raise ArgumentError("expected dialect+driver://user@host:port/database") from None
+    if parsed.host and "@" in parsed.host:
+        # user:p@ss@host parses as password "p", host "ss@host": the rest of the password would
+        # be shown as the host in every message, so such a URL is refused.
+        raise ArgumentError("an '@' in the user name or password must be written %40")
+    return parsed
 
 
 def redact(url: str) -> str:
@@ -124,18 +130,37 @@ def redact(url: str) -> str:
     return rendered.replace("%2A%2A%2A", "***")
 
 
-def scrub(text: str, url: str) -> str:
-    """``text`` (a driver's error message) with the URL's secrets in it replaced by ***."""
+def _secrets(url: str) -> list[str]:
+    """The credentials a URL holds: its password and its secret query parameters' values (none
+    for a malformed URL, which is never shown: ``redact``)."""
     try:
         parsed = _parse_url(url)
     except ArgumentError:
-        return text
-    secrets = [parsed.password] + [v for k, v in parsed.query.items() if k.lower() in SECRET_QUERY_KEYS]
-    for secret in secrets:
-        for value in secret if isinstance(secret, tuple) else (secret,):
-            if value:
-                text = text.replace(str(value), "***")
+        return []
+    found = [parsed.password] + [v for k, v in parsed.query.items() if k.lower() in SECRET_QUERY_KEYS]
+    return [str(value) for item in found for value in (item if isinstance(item, tuple) else (item,)) if value]
+
+
+def scrub(text: str, url: str) -> str:
+    """``text`` (a driver's error message) with the URL's secrets in it replaced by ***."""
+    for secret in _secrets(url):
+        text = text.replace(secret, "***")
     return text
+
+
+def redact_command(argv: list[str]) -> str:
+    """A command line to show (the resume command after an interrupt), with the ``--storage``
+    URL's credentials replaced by *** and a word on how to give them back."""
+    shown, hidden = list(argv), False
+    for i, arg in enumerate(argv):
+        prefix = "--storage=" if arg.startswith("--storage=") else ""
+        if not prefix and not (i > 0 and argv[i - 1] == "--storage"):
+            continue
+        url = arg.removeprefix(prefix)
+        if _secrets(url):
+            shown[i], hidden = prefix + redact(url), True
+    note = f" (with the password put back in --storage, or given in ${STORAGE_ENV})" if hidden else ""
+    return shlex.join(shown) + note
 
 
 def sqlite_database(url: str) -> str | None:
@@ -167,10 +192,10 @@ class StudyStore:
         return redact(self.url)
 
 
-def open_store(url: str, create: bool = True) -> StudyStore:
-    """Connect (clear one-line errors for a malformed or unreachable URL) and create the tables.
-    ``create=False`` (status, export, the dashboard): read what is there and change nothing; an
-    SQLite file that does not exist, or a database without Optuna's tables, is an error."""
+def _connect(url: str, create: bool) -> tuple[sa.Engine, dict[str, Any], bool]:
+    """An engine on ``url``, connected once (clear one-line errors for a malformed or unreachable
+    URL, or a file that is not a database), its keyword arguments, and whether the database holds
+    Optuna's tables. ``create=False`` writes nothing: an SQLite file that is not there is an error."""
     try:
         parsed = _parse_url(url)
     except ArgumentError as err:
@@ -187,13 +212,22 @@ def open_store(url: str, create: bool = True) -> StudyStore:
         with engine.connect() as conn:
             if sqlite and create:  # WAL (kept in the file): the dashboard reads while the driver writes
                 conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+        has_optuna_tables = sa.inspect(engine).has_table("studies")  # an SQLite file's header is read here
     except (NoSuchModuleError, ModuleNotFoundError) as err:
         raise UserError(f"database URL {redact(url)}: driver not installed ({err})") from None
     except SQLAlchemyError as err:
         reason = scrub(str(getattr(err, "orig", err)).strip().splitlines()[0], url)
         raise UserError(f"cannot connect to database {redact(url)}: {reason}") from None
+    return engine, engine_kwargs, has_optuna_tables
+
+
+def open_store(url: str, create: bool = True) -> StudyStore:
+    """Connect and create the tables. ``create=False`` (status, export, the dashboard): read
+    what is there and change nothing; an SQLite file that does not exist, or a database without
+    Optuna's tables, is an error."""
+    engine, engine_kwargs, has_optuna_tables = _connect(url, create)
     if not create:
-        if not sa.inspect(engine).has_table("studies"):
+        if not has_optuna_tables:
             raise UserError(f"database {redact(url)} holds no Optuna study")
         storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=True)
         return StudyStore(url, storage, engine)
@@ -201,6 +235,25 @@ def open_store(url: str, create: bool = True) -> StudyStore:
     store = StudyStore(url, storage, engine)
     create_own_tables(store)
     return store
+
+
+def check_store(url: str, study_name: str) -> None:
+    """What a run checks of its database before it writes anything anywhere (the corpus's
+    caches, a new database's tables, WAL mode): the URL parses, the database answers, and a
+    study of this name there has this project's objectives. Reads only; an SQLite file that is
+    not there yet is left to ``open_store`` to make."""
+    database = sqlite_database(url)
+    if database and not Path(database).exists():
+        return
+    engine, engine_kwargs, has_optuna_tables = _connect(url, create=False)
+    try:
+        if has_optuna_tables:
+            storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=True)
+            store = StudyStore(url, storage, engine)
+            if study_exists(store, study_name):
+                check_objectives(store, study_name)
+    finally:
+        engine.dispose()
 
 
 def create_own_tables(store: StudyStore) -> None:

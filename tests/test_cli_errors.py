@@ -73,6 +73,34 @@ CASES = {
         ["cannot connect to database", "127.0.0.1:1"],
     ),
     "malformed database url": (None, ["--storage", "not a url"], ["malformed database URL"]),
+    # Found before the corpus is tokenized: a BPE tokenizer would be trained and cached first.
+    "malformed database url, bpe corpus": (
+        None,
+        ["--set", "corpus.tokenizer=bpe", "--storage", "not a url"],
+        ["malformed database URL"],
+    ),
+    "corpus path and train_path": (
+        None,
+        ["--set", "corpus.train_path=other.txt"],
+        ["[corpus] path and train_path both given"],
+    ),
+    "topk temperature zero": (
+        None,
+        ["--set", 'search.method="topk"', "--set", "search.topk_t0=0.0"],
+        ["topk_t0", "0.0 must be > 0.0"],
+    ),
+    "seed beyond 31 bits": (None, ["--set", "study.seed=4294967296"], ["[study] seed", "2147483647"]),
+    "lease beyond a day": (None, ["--set", "study.lease_seconds=1e300"], ["[study] lease_seconds"]),
+    "range not a whole number of steps": (
+        None,
+        ["--set", "search.lr={low=1e-3,high=1e-2,step=0.5}"],
+        ["[search] lr", "whole number of steps of 0.5"],
+    ),
+    "range with log and step": (
+        None,
+        ["--set", "search.lr={low=1e-3,high=1e-2,step=1e-3,log=true}"],
+        ["[search] lr", "log or step, not both"],
+    ),
     # The hf family (trainers/hf.py): each key where it belongs, a model that is on this machine.
     "hf without a model": (
         {"[model]\n": '[model]\nfamily = "hf"\n'},
@@ -179,10 +207,12 @@ def test_existing_study_with_other_objectives_is_refused_untouched(tmp_path):
     url = f"sqlite:///{tmp_path}/other.db"
     other = optuna.create_study(study_name="smoke", storage=url, directions=["maximize"])
     other.add_trial(optuna.trial.create_trial(value=1.0))
-    run = cli_in_process("run", str(study_file(tmp_path)), "--storage", url, cwd=tmp_path)
+    before = (tmp_path / "other.db").read_bytes()
+    bpe = ["--set", "corpus.tokenizer=bpe"]  # would train and cache a tokenizer before the database
+    run = cli_in_process("run", str(study_file(tmp_path)), "--storage", url, *bpe, cwd=tmp_path)
     assert_user_error(run, "already exists", "other objectives")
-    reloaded = optuna.load_study(study_name="smoke", storage=url)
-    assert len(reloaded.trials) == 1 and reloaded.user_attrs == {}
+    assert (tmp_path / "other.db").read_bytes() == before  # not even our tables, nor WAL mode
+    assert not (tmp_path / "runs").exists()
 
 
 def test_export_of_a_missing_study_is_a_user_error(tmp_path):
@@ -216,6 +246,11 @@ PREFLIGHT = {
     "escaping study name": (["--study-name", "../../escape"], ["study name '../../escape'"]),
     "long study name": (["--study-name", "a" * 300], ["study name 'aaaa", "1-100"]),
     "escaping name in the file": (["--set", 'study.name="../x"'], ["[study] name '../x'"]),
+    # --output would replace one of the run's own inputs with the CSV
+    "output is the database": (["--output", "{db}"], ["--output", "is the SQLite database"]),
+    "output is the database's WAL": (["--output", "{db}-wal"], ["is the SQLite database"]),
+    "output is the study file": (["--output", "{study}"], ["is the study file"]),
+    "output is the corpus": (["--output", "{corpus}"], ["is the corpus file ([corpus] path)"]),
 }
 
 
@@ -229,10 +264,16 @@ def test_preflight_refuses_before_writing(case, tmp_path):
     optuna.create_study(study_name="smoke", storage=url, directions=["minimize", "minimize"])
     before = db.read_bytes()
     extra, fragments = PREFLIGHT[case]
-    extra = [a.replace("{db}", str(db)) for a in extra]
-    run = cli_in_process("run", str(study_file(tmp_path)), "--storage", url, *extra, cwd=tmp_path)
+    corpus = tmp_path / "corpus.txt"  # a copy: a regression here must not overwrite the repository's
+    corpus.write_bytes(CORPUS.read_bytes())
+    study = study_file(tmp_path, **{str(CORPUS): str(corpus)})
+    inputs_before = corpus.read_bytes(), study.read_bytes()
+    for name, path in {"{db}": db, "{study}": study, "{corpus}": corpus}.items():
+        extra = [a.replace(name, str(path)) for a in extra]
+    run = cli_in_process("run", str(study), "--storage", url, *extra, cwd=tmp_path)
     assert_user_error(run, *fragments)
     assert db.read_bytes() == before
+    assert (corpus.read_bytes(), study.read_bytes()) == inputs_before
     assert not (tmp_path / "runs").exists()
     assert not list(tmp_path.glob(".headprune-probe-*"))
 
@@ -242,12 +283,68 @@ def test_preflight_refuses_before_writing(case, tmp_path):
     [
         ("sqlite:////proc/x/study.db", "SQLite database /proc/x/study.db cannot be written"),
         ("postgresql+psycopg://u@127.0.0.1:abc/db", "malformed database URL (its port is not a number)"),
+        ("postgresql+psycopg://u:se@cret@127.0.0.1:1/db", "an '@' in the user name or password must be"),
     ],
 )
 def test_a_database_that_cannot_be_made_is_refused(url, fragment, tmp_path):
     run = cli_in_process("run", str(study_file(tmp_path)), "--storage", url, cwd=tmp_path)
     assert_user_error(run, fragment)
     assert not (tmp_path / "runs").exists()
+    assert "cret" not in run.stderr  # the '@' case: no part of its password
+
+
+def test_the_resume_command_after_an_interrupt_hides_the_password():
+    from orchestrator.storage import redact_command
+
+    argv = [
+        "launch-study",
+        "run",
+        "s.toml",
+        "--storage",
+        "postgresql://u:hunter2@db:5432/x",
+        "--n-trials",
+        "3",
+    ]
+    shown = redact_command(argv)
+    assert "hunter2" not in shown and "'postgresql://u:***@db:5432/x' --n-trials 3" in shown
+    assert "password" in shown  # says how to give it back
+    assert "hunter2" not in redact_command(
+        ["launch-study", "run", "--storage=sqlite:///a.db?password=hunter2"]
+    )
+    plain = ["launch-study", "run", "s.toml", "--storage", "sqlite:///runs/a.db"]
+    assert redact_command(plain) == "launch-study run s.toml --storage sqlite:///runs/a.db"
+
+
+def test_reading_a_file_that_is_not_a_database_is_one_line(tmp_path):
+    run = cli_in_process("status", "--storage", f"sqlite:///{CORPUS}", "--study-name", "x", cwd=tmp_path)
+    assert_user_error(run, "cannot connect to database", "not a database")
+
+
+# export checks every file it will write before it writes the first
+EXPORT = {
+    "output is its own database": (["--output", "{db}"], ["--output", "is the SQLite database"]),
+    "output not writable": (["--output", "/proc/x.csv"], ["--output /proc/x.csv cannot be written"]),
+    "output under a file": (["--output", "{db}/x.csv"], ["is a file, not a folder"]),
+    "plot not writable": (["--output", "{tmp}/f.csv", "--plot", "/proc/f.png"], ["--plot /proc/f.png"]),
+    "plot not an image format": (
+        ["--output", "{tmp}/f.csv", "--plot", "{tmp}/f.txt"],
+        ["--plot", "image format"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(EXPORT))
+def test_export_refuses_a_file_it_cannot_or_must_not_write(case, tmp_path):
+    db = tmp_path / "study.db"
+    url = f"sqlite:///{db}"
+    optuna.create_study(study_name="s", storage=url, directions=["minimize", "minimize"])
+    before = db.read_bytes()
+    extra, fragments = EXPORT[case]
+    extra = [a.replace("{db}", str(db)).replace("{tmp}", str(tmp_path)) for a in extra]
+    run = cli_in_process("export", "--storage", url, "--study-name", "s", *extra, cwd=tmp_path)
+    assert_user_error(run, *fragments)
+    assert db.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["study.db"]  # no CSV written before the error
 
 
 @pytest.mark.parametrize("key", ["password", "PWD", "sslpassword"])

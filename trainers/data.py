@@ -17,6 +17,8 @@ class CorpusError(ValueError):
 
 
 def _read_text(path: Path) -> str:
+    if path.exists() and not path.is_file():
+        raise CorpusError(f"corpus file is not a regular file: {path}")
     if not path.is_file():
         raise CorpusError(f"corpus file not found: {path}")
     try:

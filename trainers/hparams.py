@@ -19,10 +19,14 @@ GATE_METHODS = tuple(name for name, m in methods().items() if m.trains_gates)  #
 HARD_CONCRETE = tuple(name for name, m in methods().items() if m.hard_concrete)
 
 
-def bounded(default, low=None, high=None, *, high_open=False, kind=None, methods=None, doc=""):
-    """A dataclass field with the numeric bounds a config value is checked against; ``methods``
-    names the pruning methods it applies to (None: all), so a search suggests it only for them."""
-    meta = {"low": low, "high": high, "high_open": high_open, "methods": methods, "doc": doc}
+def bounded(
+    default, low=None, high=None, *, low_open=False, high_open=False, kind=None, methods=None, doc=""
+):
+    """A dataclass field with the numeric bounds a config value is checked against (``low_open``:
+    the low bound itself refused, as for a value something is divided by); ``methods`` names the
+    pruning methods it applies to (None: all), so a search suggests it only for them."""
+    meta = {"low": low, "high": high, "low_open": low_open, "high_open": high_open, "methods": methods}
+    meta["doc"] = doc
     return field(default=default, metadata={**meta, "type": kind or type(default)})
 
 
@@ -85,7 +89,9 @@ class TrialHParams:
     # near 1e-2, where they close within the 100-step gate phase.
     gate_lr_mult: float = bounded(30.0, 0.0, methods=GATE_METHODS, doc="gates' lr / weights' (Shim: 10)")
     gate_init: float = bounded(2.0, methods=HARD_CONCRETE, doc="initial log_alpha (Shim: 2.0)")
-    beta: float = bounded(1.0 / 3.0, 0.0, methods=HARD_CONCRETE, doc="hard-concrete temperature")
+    beta: float = bounded(
+        1.0 / 3.0, 0.0, low_open=True, methods=HARD_CONCRETE, doc="hard-concrete temperature"
+    )
     hard_gates: bool = bounded(True, methods=HARD_CONCRETE, doc="straight-through 0/1 gates (Shim)")
     freeze_weights: bool = bounded(
         False, methods=GATE_METHODS, doc="gates choose with weights frozen; fine-tuning gets every step"
@@ -96,8 +102,8 @@ class TrialHParams:
     schedule_shape: str = choice("linear", SHAPES, methods=GATE_METHODS)
     lagrangian_lr: float = bounded(0.05, 0.0, methods=("l0_target",), doc="multipliers' ascent rate")
     l0_lambda: float = bounded(1.0, 0.0, methods=("l0_penalty",), doc="weight of the mean L0 term")
-    topk_t0: float = bounded(10.0, 0.0, methods=("topk",), doc="soft top-k start temperature")
-    topk_t1: float = bounded(0.01, 0.0, methods=("topk",), doc="soft top-k end temperature")
+    topk_t0: float = bounded(10.0, 0.0, low_open=True, methods=("topk",), doc="soft top-k start temperature")
+    topk_t1: float = bounded(0.01, 0.0, low_open=True, methods=("topk",), doc="soft top-k end temperature")
     # Michel et al. (methods.md 6).
     importance_step: float = bounded(0.1, 0.0, 1.0, methods=("importance",), doc="heads removed per round")
     importance_batches: int = bounded(4, 1, methods=("importance",), doc="batches per importance estimate")
