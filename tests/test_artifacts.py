@@ -38,14 +38,16 @@ def truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
-def export_trial_model(tmp_path: Path):
-    """``export-model`` of a one-trial study whose model is ``tmp_path/trial0``, to ``tmp_path/out``."""
+def export_trial_model(tmp_path: Path, output: Path | None = None):
+    """``export-model`` of a one-trial study whose model is ``tmp_path/trial0``, to ``output``
+    (``tmp_path/out`` unless given)."""
     url = f"sqlite:///{tmp_path}/s.db"
     study = optuna.create_study(study_name="s", storage=url, directions=["minimize", "minimize"])
     study.add_trial(
         optuna.trial.create_trial(values=[5.0, 100], user_attrs={"model_dir": str(tmp_path / "trial0")})
     )
-    args = ("--storage", url, "--study-name", "s", "--trial", "0", "--output", str(tmp_path / "out"))
+    output = output or tmp_path / "out"
+    args = ("--storage", url, "--study-name", "s", "--trial", "0", "--output", str(output))
     return cli_in_process("export-model", *args, cwd=tmp_path)
 
 
@@ -161,3 +163,12 @@ def test_a_model_of_an_earlier_version_exports_with_a_warning(tmp_path):
     assert run.stderr.strip() == "launch-study: warning: trial 0's model has no checksums to verify"
     model, tokenizer = load_model(tmp_path / "out", verify=False)
     assert tokenizer.vocab == VOCAB_12.vocab
+
+
+@pytest.mark.parametrize("where", ["/proc/m", "{tmp}/s.db/m"])
+def test_a_folder_that_cannot_be_written_is_one_line_before_anything_is_copied(tmp_path, where):
+    save_model(tiny_model(), VOCAB_12, tmp_path / "trial0")
+    run = export_trial_model(tmp_path, Path(where.replace("{tmp}", str(tmp_path))))
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.count("\n") == 1 and "--output" in run.stderr and "Traceback" not in run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.db", "trial0"]  # no staging folder left
