@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -175,13 +176,21 @@ def load_study_config(path: str | Path, overrides: list[str] = ()) -> StudyConfi
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise UserError(f"{path}: TOML syntax error: {err}") from None
+    overridden = {}
     for item in overrides:
         (section, key), value = _parse_override(item)
         raw.setdefault(section, {})
         if not isinstance(raw[section], dict):
             raise UserError(f"{path}: [{section}] must be a table")
         raw[section][key] = value
-    return config_from_raw(path, raw)
+        overridden[f"[{section}] {key}"] = item
+    try:
+        return config_from_raw(path, raw)
+    except UserError as err:  # a value --set gave is not the file's: say where it came from
+        given = [item for named, item in overridden.items() if re.search(rf"{re.escape(named)}\b", str(err))]
+        if given:
+            raise UserError(f"{err} (given by --set {given[0]})") from None
+        raise
 
 
 def config_from_raw(path: Path, raw: dict[str, Any]) -> StudyConfig:

@@ -66,6 +66,11 @@ CASES = {
     "empty corpus": ({}, [], ["corpus file is empty"]),
     "corpus not utf-8": ({}, [], ["not UTF-8"]),
     "bad override": (None, ["--set", "nodot=3"], ["--set", "section.key"]),
+    "bad value of an override": (
+        None,
+        ["--set", "trial.prune_steps=-1"],
+        ["[trial] prune_steps", "(given by --set trial.prune_steps=-1)"],
+    ),
     "zero n-trials flag": (None, ["--n-trials", "0"], ["--n-trials must be at least 1"]),
     "unreachable database": (
         None,
