@@ -1,6 +1,6 @@
 """How stable is a trial's perplexity to the choice of validation tokens?
 
-    python -m bench.eval_noise [--study studies/tinyshakespeare.toml]
+    python -m bench.eval_noise [--study studies/tinyshakespeare.toml] [--neighbours]
 
 The default study's dense checkpoint (trained first if it is not cached) scored on disjoint
 slices of the validation split at several sizes: the spread between slices of one size is the
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import shutil
 import statistics
 import tempfile
 import time
@@ -177,10 +176,9 @@ def neighbours_noise(corpus, dense, block: int, eval_tokens: int) -> dict:
         ("topk", NEIGHBOURS["topk"], 0),
         ("importance, seed 1", NEIGHBOURS["importance"], 1),
     ):
-        folder = Path(tempfile.mkdtemp(prefix="eval_noise_"))
-        result = run_trial(TrialSetup(corpus, dense, budget, seed=seed), hp, save_dir=folder)
-        model, _ = load_model(folder, device="cpu")
-        shutil.rmtree(folder)
+        with tempfile.TemporaryDirectory(prefix="eval_noise_") as folder:
+            result = run_trial(TrialSetup(corpus, dense, budget, seed=seed), hp, save_dir=Path(folder))
+            model, _ = load_model(Path(folder), device="cpu")
         models[label] = window_losses(model, corpus.val, block)
         print(f"  trained {label}: {result.val_perplexity:.4f}, {result.heads_per_layer} heads", flush=True)
     rows, report = [], {}

@@ -12,7 +12,12 @@ from orchestrator.interrupts import Interrupted, raise_on_sigterm
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage mistake is one line like every other user error."""
+    """argparse, but a usage mistake is one line like every other user error, and no option is
+    taken by an abbreviation of its name (``--stor URL`` would slip past the redaction of the
+    printed resume command, ``storage.redact_command``)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **{**kwargs, "allow_abbrev": False})
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"launch-study: error: {message} (see --help)\n")
@@ -130,6 +135,7 @@ def _trial_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _storage_argument(parser: argparse.ArgumentParser) -> None:
+    """--storage, worded the same for every command that takes it."""
     parser.add_argument(
         "--storage", help="database URL (default: $HEADPRUNE_STORAGE, else sqlite:///runs/<study>.db)"
     )
@@ -222,9 +228,12 @@ def _export(args: argparse.Namespace) -> int:
     if args.plot:
         check_plot_format(args.plot)
         targets += [("--plot", path) for path in plot_paths(args.plot)]
-    for what, path in targets:
+    for i, (what, path) in enumerate(targets):
         check_writable_file(what, path)
         check_not_an_input(what, path, database)
+        for other, earlier in targets[:i]:
+            if path.resolve() == earlier.resolve():
+                raise UserError(f"{what} writes {path}, which {other} names too: choose another file")
     store, study = _open_study(args)
     frame = study_table(store, study, everything=args.all)
     if args.output:  # the data in the file; what was written, on stderr like every other note
@@ -277,7 +286,8 @@ def _export_model(args: argparse.Namespace) -> int:
     except CorruptModel as err:
         raise UserError(f"trial {args.trial}'s model cannot be exported: {err}") from None
     output = args.output.resolve()
-    check_writable_folder("--output", output)  # a folder under a file, or where nothing can be written
+    # the export is staged beside the folder, then renamed into place: its parent must be writable
+    check_writable_folder("--output", output.parent, shown=args.output)
     if output == source or source in output.parents or output in source.parents:
         raise UserError(
             f"--output {args.output} holds the trial's own folder or is inside it: choose another"

@@ -55,6 +55,7 @@ class StudySettings:
     gpus_per_trial: float = bounded(0.0, 0.0)
     max_retries: int = bounded(1, 0, doc="Tune retries of a trial whose worker died")
     max_failed_trials: int = bounded(5, 0, doc="FAIL trials a run tolerates before it stops")
+    # at most a day: a driver whose death goes unnoticed longer holds its study for no one
     lease_seconds: float = bounded(60.0, 1.0, 86400.0, doc="a driver silent this long loses the study")
     startup_trials: int = bounded(
         0, 0, doc="trials spread over sparsity before the sampler models (0: n/2 + 1, <= one per size)"

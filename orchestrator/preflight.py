@@ -70,16 +70,17 @@ def check_writable_file(what: str, path: Path) -> None:
 
 def check_not_an_input(what: str, path: Path, inputs: dict[str, Path | str | None]) -> None:
     """A file we are about to write is none of the run's own inputs (``inputs``: what each is, by
-    name: the study file, the SQLite database, the corpus): an --output that named one would
-    replace it with a CSV."""
+    name: the study file, the SQLite database, the corpus, a user's model folder) and is not in
+    an input folder: an --output that named one would replace it with a CSV."""
     target = Path(path).resolve()
     for name, source in inputs.items():
         if not source:
             continue
         source = Path(source).resolve()
-        # SQLite's -wal and -shm files beside the database are the database too.
-        if target in (source, source.with_name(source.name + "-wal"), source.with_name(source.name + "-shm")):
-            raise UserError(f"{what} {path} is the {name} ({source}): choose another file")
+        # SQLite's -wal, -shm and -journal files beside the database are the database too.
+        beside = [source.with_name(source.name + suffix) for suffix in ("-wal", "-shm", "-journal")]
+        if target == source or target in beside or (source.is_dir() and source in target.parents):
+            raise UserError(f"{what} {path} is the {name} ({source}) or in it: choose another file")
 
 
 def check_sqlite_path(database: str | None) -> None:

@@ -271,17 +271,19 @@ def front_note(study: optuna.Study, replicates: Replicated | None = None) -> str
 
 
 def plot_paths(output: Path) -> list[Path]:
-    """The files ``plot_front`` writes: the front, and the head map beside it."""
+    """The files ``plot_front`` writes: the front, and the head map beside it (PNG files when
+    ``output`` has no suffix, as matplotlib would write them)."""
+    output = output if output.suffix else output.with_suffix(".png")
     return [output, output.with_name(output.stem + "_heads" + output.suffix)]
 
 
 def check_plot_format(output: Path) -> None:
-    """``output``'s suffix is an image format matplotlib writes (checked before anything is
-    written: matplotlib would say so only once the CSV is out)."""
+    """``output``'s suffix, if it has one, is an image format matplotlib writes (checked before
+    anything is written: matplotlib would say so only once the CSV is out)."""
     from matplotlib.backend_bases import FigureCanvasBase
 
     formats = FigureCanvasBase.get_supported_filetypes()
-    if output.suffix.lstrip(".").lower() not in formats:
+    if output.suffix and output.suffix.lstrip(".").lower() not in formats:
         shown = ", ".join(sorted(formats))
         raise UserError(f"--plot {output}: not an image format matplotlib writes (one of {shown})")
 
@@ -329,11 +331,11 @@ def plot_front(study: optuna.Study, output: Path) -> list[Path]:
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(output)
+    front_path, heads = plot_paths(output)
+    fig.savefig(front_path)
     plt.close(fig)
-    heads = plot_paths(output)[1]
     _plot_head_maps(front, heads, plt, study.user_attrs.get("config", {}).get("model", {}).get("n_head"))
-    return plot_paths(output)
+    return [front_path, heads]
 
 
 def _plot_head_maps(front: list[FrozenTrial], output: Path, plt, n_head: int | None) -> None:

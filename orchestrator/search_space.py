@@ -396,8 +396,10 @@ def _range(at: str, table: dict, spec: dict) -> Range:
     step = table.get("step")
     if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float)) or step <= 0):
         raise UserError(f"{at}: step must be a positive number")
-    if step is not None and log:
-        raise UserError(f"{at}: a range takes log or step, not both")
+    if step is not None and kind is int and not float(step).is_integer():
+        raise UserError(f"{at}: the step of an integer range must be a whole number")
+    if step is not None and log and not (kind is int and step == 1):
+        raise UserError(f"{at}: a range takes log or step, not both")  # Optuna refuses them mid-run
     if step is not None and not math.isclose((high - low) / step, round((high - low) / step), abs_tol=1e-9):
         # Optuna would move high down to the grid, with a warning in the middle of the run
         raise UserError(f"{at}: high - low ({high - low:g}) must be a whole number of steps of {step:g}")

@@ -111,9 +111,10 @@ def _parse_url(url: str) -> sa.URL:
         raise ArgumentError("its port is not a number") from None
     except ArgumentError:
         raise ArgumentError("expected dialect+driver://user@host:port/database") from None
-    if parsed.host and "@" in parsed.host:
-        # user:p@ss@host parses as password "p", host "ss@host": the rest of the password would
-        # be shown as the host in every message, so such a URL is refused.
+    if parsed.get_backend_name() != "sqlite" and url.split("?", 1)[0].count("@") > 1:
+        # user:p@ss@host parses as password "p", host "ss@host" (u:p@ss/w@h as host "ss",
+        # database "w@h"): the rest of the password would be shown in every message as the
+        # host or the database, so such a URL is refused.
         raise ArgumentError("an '@' in the user name or password must be written %40")
     return parsed
 
@@ -159,7 +160,11 @@ def redact_command(argv: list[str]) -> str:
         url = arg.removeprefix(prefix)
         if _secrets(url):
             shown[i], hidden = prefix + redact(url), True
-    note = f" (with the password put back in --storage, or given in ${STORAGE_ENV})" if hidden else ""
+    note = (
+        f" (put the password back in --storage, or leave --storage out and give the URL in ${STORAGE_ENV})"
+        if hidden
+        else ""
+    )
     return shlex.join(shown) + note
 
 
@@ -221,19 +226,29 @@ def _connect(url: str, create: bool) -> tuple[sa.Engine, dict[str, Any], bool]:
     return engine, engine_kwargs, has_optuna_tables
 
 
+def _optuna_storage(url: str, engine_kwargs: dict[str, Any], create: bool) -> optuna.storages.RDBStorage:
+    """Optuna's storage on the database; tables made only with ``create``. A schema Optuna
+    cannot use (an older version's, or tables it did not make) is one line, not a traceback."""
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=not create)
+    except (RuntimeError, optuna.exceptions.StorageInternalError) as err:
+        reason = scrub(str(err).strip().splitlines()[0], url)
+        raise UserError(
+            f"database {redact(url)}: {reason} (`optuna storage upgrade --storage URL` upgrades an "
+            "older version's)"
+        ) from None
+
+
 def open_store(url: str, create: bool = True) -> StudyStore:
     """Connect and create the tables. ``create=False`` (status, export, the dashboard): read
     what is there and change nothing; an SQLite file that does not exist, or a database without
     Optuna's tables, is an error."""
     engine, engine_kwargs, has_optuna_tables = _connect(url, create)
-    if not create:
-        if not has_optuna_tables:
-            raise UserError(f"database {redact(url)} holds no Optuna study")
-        storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=True)
-        return StudyStore(url, storage, engine)
-    storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
-    store = StudyStore(url, storage, engine)
-    create_own_tables(store)
+    if not create and not has_optuna_tables:
+        raise UserError(f"database {redact(url)} holds no Optuna study")
+    store = StudyStore(url, _optuna_storage(url, engine_kwargs, create), engine)
+    if create:
+        create_own_tables(store)
     return store
 
 
@@ -246,14 +261,17 @@ def check_store(url: str, study_name: str) -> None:
     if database and not Path(database).exists():
         return
     engine, engine_kwargs, has_optuna_tables = _connect(url, create=False)
+    storage = None
     try:
         if has_optuna_tables:
-            storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=True)
+            storage = _optuna_storage(url, engine_kwargs, create=False)
             store = StudyStore(url, storage, engine)
             if study_exists(store, study_name):
                 check_objectives(store, study_name)
-    finally:
-        engine.dispose()
+    finally:  # no connection kept open on a server while the corpus is prepared
+        for held in (engine, storage.engine if storage else None):
+            if held is not None:
+                held.dispose()
 
 
 def create_own_tables(store: StudyStore) -> None:

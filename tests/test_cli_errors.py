@@ -101,6 +101,12 @@ CASES = {
         ["--set", "search.lr={low=1e-3,high=1e-2,step=0.5}"],
         ["[search] lr", "whole number of steps of 0.5"],
     ),
+    "integer range with a fractional step": (
+        None,
+        ["--set", "search.min_heads_per_layer={low=1,high=2,step=0.5}"],
+        ["[search] min_heads_per_layer", "step of an integer range must be a whole number"],
+    ),
+    "abbreviated option": (None, ["--stor", "sqlite:///x.db"], ["unrecognized arguments: --stor"]),
     "range with log and step": (
         None,
         ["--set", "search.lr={low=1e-3,high=1e-2,step=1e-3,log=true}"],
@@ -289,13 +295,14 @@ def test_preflight_refuses_before_writing(case, tmp_path):
         ("sqlite:////proc/x/study.db", "SQLite database /proc/x/study.db cannot be written"),
         ("postgresql+psycopg://u@127.0.0.1:abc/db", "malformed database URL (its port is not a number)"),
         ("postgresql+psycopg://u:se@cret@127.0.0.1:1/db", "an '@' in the user name or password must be"),
+        ("postgresql+psycopg://u:se@cr/et@127.0.0.1:1/db", "an '@' in the user name or password must be"),
     ],
 )
 def test_a_database_that_cannot_be_made_is_refused(url, fragment, tmp_path):
     run = cli_in_process("run", str(study_file(tmp_path)), "--storage", url, cwd=tmp_path)
     assert_user_error(run, fragment)
     assert not (tmp_path / "runs").exists()
-    assert "cret" not in run.stderr  # the '@' case: no part of its password
+    assert "cret" not in run.stderr and "et@" not in run.stderr  # the '@' cases: no part of the password
 
 
 def test_the_resume_command_after_an_interrupt_hides_the_password():
@@ -321,8 +328,21 @@ def test_the_resume_command_after_an_interrupt_hides_the_password():
 
 
 def test_reading_a_file_that_is_not_a_database_is_one_line(tmp_path):
-    run = cli_in_process("status", "--storage", f"sqlite:///{CORPUS}", "--study-name", "x", cwd=tmp_path)
+    text = tmp_path / "corpus.txt"
+    text.write_bytes(CORPUS.read_bytes()[:5000])
+    run = cli_in_process("status", "--storage", f"sqlite:///{text}", "--study-name", "x", cwd=tmp_path)
     assert_user_error(run, "cannot connect to database", "not a database")
+    assert text.read_bytes() == CORPUS.read_bytes()[:5000]
+
+
+def test_tables_optuna_did_not_make_are_one_line(tmp_path):
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "other.db") as db:
+        db.execute("CREATE TABLE studies (x INTEGER)")
+    url = f"sqlite:///{tmp_path}/other.db"
+    run = cli_in_process("status", "--storage", url, "--study-name", "x", cwd=tmp_path)
+    assert_user_error(run, f"database {url}: ")
 
 
 # export checks every file it will write before it writes the first
@@ -331,6 +351,10 @@ EXPORT = {
     "output not writable": (["--output", "/proc/x.csv"], ["--output /proc/x.csv cannot be written"]),
     "output under a file": (["--output", "{db}/x.csv"], ["is a file, not a folder"]),
     "plot not writable": (["--output", "{tmp}/f.csv", "--plot", "/proc/f.png"], ["--plot /proc/f.png"]),
+    "plot over the output": (
+        ["--output", "{tmp}/f.png", "--plot", "{tmp}/f.png"],
+        ["--plot writes", "which --output names too"],
+    ),
     "plot not an image format": (
         ["--output", "{tmp}/f.csv", "--plot", "{tmp}/f.txt"],
         ["--plot", "image format"],
