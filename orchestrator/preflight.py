@@ -117,7 +117,35 @@ def check_ray_address(address: str | None) -> None:
     if not host or not port.isdigit():
         raise UserError(f"--ray-address {address!r}: expected host:port (e.g. 10.0.0.5:6379) or 'auto'")
     try:
-        with socket.create_connection((host, int(port)), timeout=RAY_CONNECT_SECONDS):
-            pass
+        with socket.create_connection((host, int(port)), timeout=RAY_CONNECT_SECONDS) as conn:
+            speaks_grpc = os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true") or _speaks_http2(conn)
     except OSError as err:
         raise UserError(f"cannot reach the Ray cluster at {address}: {err.strerror or err}") from None
+    if not speaks_grpc:
+        raise UserError(
+            f"--ray-address {address}: something answers there, but not Ray (the head's GCS port, "
+            "6379 unless `ray start --port` said otherwise, or ray://HOST:10001 for Ray Client)"
+        )
+
+
+# An HTTP/2 client's first bytes: the connection preface and an empty SETTINGS frame.
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+def _speaks_http2(conn: socket.socket) -> bool:
+    """Whether the server on ``conn`` is an HTTP/2 one, as Ray's GCS and Ray Client are (gRPC):
+    such a server's first frame is SETTINGS (frame type 4). A database or another service on a
+    mistyped port answers otherwise or closes, where ``ray.init`` would hang on it for minutes
+    after the study was written. (A cluster with TLS, ``RAY_USE_TLS``, is not probed.)"""
+    try:
+        conn.settimeout(RAY_CONNECT_SECONDS)
+        conn.sendall(HTTP2_PREFACE)
+        header = b""
+        while len(header) < 9:
+            chunk = conn.recv(9 - len(header))
+            if not chunk:
+                return False
+            header += chunk
+    except OSError:
+        return False
+    return header[3] == 4
