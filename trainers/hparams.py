@@ -25,9 +25,9 @@ def bounded(
     """A dataclass field with the numeric bounds a config value is checked against (``low_open``:
     the low bound itself refused, as for a value something is divided by); ``methods`` names the
     pruning methods it applies to (None: all), so a search suggests it only for them."""
-    meta = {"low": low, "high": high, "low_open": low_open, "high_open": high_open, "methods": methods}
-    meta["doc"] = doc
-    return field(default=default, metadata={**meta, "type": kind or type(default)})
+    bounds = {"low": low, "high": high, "low_open": low_open, "high_open": high_open}
+    meta = {**bounds, "methods": methods, "doc": doc, "type": kind or type(default)}
+    return field(default=default, metadata=meta)
 
 
 def choice(default, choices, *, methods=None, doc=""):
