@@ -31,6 +31,15 @@ def assert_user_error(run, *fragments: str) -> None:
     assert "Traceback" not in run.stderr
 
 
+def two_objective_study(tmp_path: Path, name: str) -> tuple[Path, str, bytes]:
+    """An SQLite file holding an empty study of this project's shape: its path, URL and bytes
+    (a refused command must leave them as they are)."""
+    db = tmp_path / "study.db"
+    url = f"sqlite:///{db}"
+    optuna.create_study(study_name=name, storage=url, directions=["minimize", "minimize"])
+    return db, url, db.read_bytes()
+
+
 USERS_MODEL_ABSENT = '[model]\nfamily = "hf"\npath = "someone/absent-model"\n'
 CASES = {
     "missing study file": (None, [], ["study file not found", "nope.toml"]),
@@ -272,10 +281,7 @@ PREFLIGHT = {
 )
 @pytest.mark.parametrize("case", list(PREFLIGHT))
 def test_preflight_refuses_before_writing(case, tmp_path):
-    db = tmp_path / "study.db"
-    url = f"sqlite:///{db}"
-    optuna.create_study(study_name="smoke", storage=url, directions=["minimize", "minimize"])
-    before = db.read_bytes()
+    db, url, before = two_objective_study(tmp_path, "smoke")
     extra, fragments = PREFLIGHT[case]
     corpus = tmp_path / "corpus.txt"  # a copy: a regression here must not overwrite the repository's
     corpus.write_bytes(CORPUS.read_bytes())
@@ -366,10 +372,7 @@ EXPORT = {
 
 @pytest.mark.parametrize("case", list(EXPORT))
 def test_export_refuses_a_file_it_cannot_or_must_not_write(case, tmp_path):
-    db = tmp_path / "study.db"
-    url = f"sqlite:///{db}"
-    optuna.create_study(study_name="s", storage=url, directions=["minimize", "minimize"])
-    before = db.read_bytes()
+    db, url, before = two_objective_study(tmp_path, "s")
     extra, fragments = EXPORT[case]
     extra = [a.replace("{db}", str(db)).replace("{tmp}", str(tmp_path)) for a in extra]
     run = cli_in_process("export", "--storage", url, "--study-name", "s", *extra, cwd=tmp_path)
