@@ -48,7 +48,9 @@ def raise_on_sigterm() -> Callable[[], None]:
 @contextlib.contextmanager
 def keep_sigterm_handler() -> Iterator[None]:
     """The SIGTERM handler before the block is the one after it: ``ray.init`` installs its own
-    (``sys.exit``), which would end the run without a word between trials."""
+    (``sys.exit``), which would end the run without a word between trials, and ``ray.shutdown``
+    resets the signal to the system's default beneath Python's handler, which ``getsignal`` still
+    reports (setting it again re-installs it)."""
     previous = signal.getsignal(signal.SIGTERM) if _main_thread() else None
     try:
         yield

@@ -464,7 +464,7 @@ def ray_session(opts: RunOptions, cpus_per_trial: float) -> Iterator[None]:
             with keep_sigterm_handler():
                 _init_ray(opts, local)
         except BaseException as stop:  # stopped or failed while it starts: what it started goes
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception), keep_sigterm_handler():
                 ray.shutdown()
             # ray.init's own SIGTERM handler, there while it starts, exits 15: the interrupt it is
             if isinstance(stop, SystemExit) and stop.code == signal.SIGTERM:
@@ -474,7 +474,11 @@ def ray_session(opts: RunOptions, cpus_per_trial: float) -> Iterator[None]:
         yield
     finally:
         if not joined:
-            ray.shutdown()
+            # ray.shutdown puts SIGTERM back to the system's default under Python's handler: a
+            # SIGTERM after it (the front refreshed, the CSV written, the lease released) would
+            # kill the run without a word and leave its lease held. Set again, ours is back.
+            with keep_sigterm_handler():
+                ray.shutdown()
 
 
 def _search(cfg: StudyConfig, opts: RunOptions, driver: StudyDriver, setup: TrialSetup) -> None:
