@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import sys
 from pathlib import Path
 
@@ -263,7 +264,8 @@ def _export_model(args: argparse.Namespace) -> int:
     from optuna.trial import TrialState
 
     from orchestrator.preflight import check_writable_folder
-    from trainers.export import CorruptModel, UnverifiedModel, load_model
+    from orchestrator.storage import resolve_url, sqlite_database
+    from trainers.export import CorruptModel, UnverifiedModel, load_model, read_config
 
     _, study = _open_study(args)
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
@@ -285,7 +287,18 @@ def _export_model(args: argparse.Namespace) -> int:
         model, tokenizer = load_model(source, verify=False)
     except CorruptModel as err:
         raise UserError(f"trial {args.trial}'s model cannot be exported: {err}") from None
+    # Model folders are named by study and trial number: a study of the same name in another
+    # database, run with the same --artifacts, writes its trial N there too.
+    saved = read_config(source, verify=False).get("val_perplexity")
+    if saved is not None and not math.isclose(saved, trial.values[0], rel_tol=1e-9):
+        raise UserError(
+            f"trial {args.trial}'s folder {source} holds another model (perplexity {saved:.4f}, the "
+            f"trial's {trial.values[0]:.4f}): a study of this name elsewhere wrote it since"
+        )
     output = args.output.resolve()
+    database = sqlite_database(resolve_url(args.storage, args.study_name))
+    if database and output in Path(database).resolve().parents:
+        raise UserError(f"--output {args.output} holds the study's database {database}: choose another")
     # the export is staged beside the folder, then renamed into place: its parent must be writable
     check_writable_folder("--output", output.parent, shown=args.output)
     if output == source or source in output.parents or output in source.parents:

@@ -172,3 +172,23 @@ def test_a_folder_that_cannot_be_written_is_one_line_before_anything_is_copied(t
     assert run.returncode == 2, run.stderr
     assert run.stderr.count("\n") == 1 and "--output" in run.stderr and "Traceback" not in run.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.db", "trial0"]  # no staging folder left
+
+
+def test_a_model_folder_another_study_of_the_name_wrote_is_not_exported(tmp_path):
+    """Folders are named by study and trial number: a study of the same name in another
+    database, sharing --artifacts, writes its trial 0 there too (this trial scored 5.0)."""
+    save_model(tiny_model(), VOCAB_12, tmp_path / "trial0", extra={"val_perplexity": 4.0})
+    run = export_trial_model(tmp_path)
+    assert run.returncode == 2 and "holds another model (perplexity 4.0000, the trial's 5.0000)" in run.stderr
+    assert not (tmp_path / "out").exists()
+    save_model(tiny_model(), VOCAB_12, tmp_path / "trial0", extra={"val_perplexity": 5.0})
+    args = ("--storage", f"sqlite:///{tmp_path}/s.db", "--study-name", "s", "--trial", "0")
+    again = cli_in_process("export-model", *args, "--output", str(tmp_path / "out"), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr  # its own model exports
+
+
+def test_export_model_never_replaces_the_folder_of_the_studys_database(tmp_path):
+    save_model(tiny_model(), VOCAB_12, tmp_path / "trial0")
+    run = export_trial_model(tmp_path, output=tmp_path)  # the folder that holds s.db
+    assert run.returncode == 2 and "holds the study's database" in run.stderr
+    assert (tmp_path / "s.db").is_file()
