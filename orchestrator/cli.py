@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import signal
 import sys
 from pathlib import Path
 
@@ -383,6 +384,19 @@ def _quiet_libraries() -> None:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
+def _interrupt_behind(err: BaseException) -> Interrupted | None:
+    """The ``Interrupted`` (or Ctrl-C) an exception was raised over, if any: a signal handler that
+    raises while Ray's C extension waits comes back as a ``SystemError`` around it."""
+    seen = err.__cause__ or err.__context__
+    while seen is not None:
+        if isinstance(seen, Interrupted):
+            return seen
+        if isinstance(seen, KeyboardInterrupt):
+            return Interrupted(signal.SIGINT)
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     _quiet_libraries()
@@ -404,6 +418,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"launch-study: error: {err}", file=sys.stderr)
         return 1
     except Interrupted as stop:
+        print(f"launch-study: {stop}", file=sys.stderr)
+        return stop.exit_code
+    except SystemError as err:  # a second Ctrl-C inside Ray's C code comes back wrapped in this
+        stop = _interrupt_behind(err)
+        if stop is None:
+            raise
         print(f"launch-study: {stop}", file=sys.stderr)
         return stop.exit_code
     except KeyboardInterrupt:

@@ -233,10 +233,11 @@ def _optuna_storage(url: str, engine_kwargs: dict[str, Any], create: bool) -> op
         return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, skip_table_creation=not create)
     except (RuntimeError, optuna.exceptions.StorageInternalError) as err:
         reason = scrub(str(err).strip().splitlines()[0], url)
-        raise UserError(
-            f"database {redact(url)}: {reason} (`optuna storage upgrade --storage URL` upgrades an "
-            "older version's)"
-        ) from None
+        # RuntimeError: a schema of another Optuna version; the other: tables it cannot use
+        hint = (
+            " (`optuna storage upgrade --storage URL` upgrades it)" if isinstance(err, RuntimeError) else ""
+        )
+        raise UserError(f"database {redact(url)}: {reason}{hint}") from None
 
 
 def open_store(url: str, create: bool = True) -> StudyStore:

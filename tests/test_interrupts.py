@@ -35,3 +35,30 @@ def test_sigterm_after_ray_shut_down_raises_interrupted():
     assert run.returncode == 0, (run.returncode, run.stderr[-2000:])  # -15: killed by the signal
     assert "wound down: 143" in run.stdout
     assert not leftover_ray_processes(before)
+
+
+def test_a_second_ctrl_c_that_ray_wraps_still_exits_130_in_one_line(monkeypatch, capsys):
+    """A signal handler that raises while Ray's C extension waits comes back as SystemError
+    ("returned a result with an exception set") around the Interrupted: a traceback, exit 1."""
+    import signal
+
+    import orchestrator.cli as cli
+    from orchestrator.interrupts import Interrupted
+
+    def wrapped(args):
+        try:
+            raise Interrupted(signal.SIGINT)
+        except Interrupted:
+            # implicitly chained, as Ray's C extension raises it
+            raise SystemError("<cyfunction CoreWorker.wait> returned a result with an exception set")  # noqa: B904
+
+    monkeypatch.setattr(cli, "_status", wrapped)
+    assert cli.main(["status", "--study-name", "s"]) == 130
+    assert capsys.readouterr().err == "launch-study: interrupted (SIGINT)\n"
+
+    def other(args):
+        raise SystemError("not a signal")
+
+    monkeypatch.setattr(cli, "_status", other)
+    with pytest.raises(SystemError):
+        cli.main(["status", "--study-name", "s"])
