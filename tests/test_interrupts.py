@@ -1,6 +1,7 @@
-"""SIGTERM after Ray has shut down is still the run's own: ``ray.shutdown`` puts the signal back
-to the system's default beneath Python's handler, and a SIGTERM then (the front refreshed, the
-CSV written, the lease released) killed the driver without a word and left its lease held."""
+"""Signals around Ray. SIGTERM after Ray has shut down is still the run's own (``ray.shutdown``
+puts the signal back to the system's default beneath Python's handler, and a SIGTERM then, while
+the front was refreshed, the CSV written or the lease released, killed the driver without a word
+and left its lease held); a second Ctrl-C that Ray wraps is still an interrupt."""
 
 from __future__ import annotations
 
