@@ -264,7 +264,7 @@ def _export_model(args: argparse.Namespace) -> int:
 
     from optuna.trial import TrialState
 
-    from orchestrator.preflight import check_writable_folder
+    from orchestrator.preflight import check_not_an_input, check_writable_folder
     from orchestrator.storage import resolve_url, sqlite_database
     from trainers.export import CorruptModel, UnverifiedModel, load_model, read_config
 
@@ -298,14 +298,9 @@ def _export_model(args: argparse.Namespace) -> int:
         )
     output = args.output.resolve()
     database = sqlite_database(resolve_url(args.storage, args.study_name))
-    if database and output in Path(database).resolve().parents:
-        raise UserError(f"--output {args.output} holds the study's database {database}: choose another")
+    check_not_an_input("--output", output, {"study's database": database, "trial's own folder": source})
     # the export is staged beside the folder, then renamed into place: its parent must be writable
     check_writable_folder("--output", output.parent, shown=args.output)
-    if output == source or source in output.parents or output in source.parents:
-        raise UserError(
-            f"--output {args.output} holds the trial's own folder or is inside it: choose another"
-        )
     if output.exists() and not output.is_dir():
         raise UserError(f"--output {args.output} is a file; export-model writes a folder")
     if output.is_dir() and any(output.iterdir()) and not args.force:

@@ -69,9 +69,10 @@ def check_writable_file(what: str, path: Path) -> None:
 
 
 def check_not_an_input(what: str, path: Path, inputs: dict[str, Path | str | None]) -> None:
-    """A file we are about to write is none of the run's own inputs (``inputs``: what each is, by
-    name: the study file, the SQLite database, the corpus, a user's model folder) and is not in
-    an input folder: an --output that named one would replace it with a CSV."""
+    """What we are about to write (a file, or a folder replaced whole) is none of the inputs it
+    must leave alone (``inputs``: what each is, by name: the study file, the SQLite database,
+    the corpus, a user's model folder, a trial's own folder), is not inside one, and does not
+    hold one: an --output that did would replace it."""
     target = Path(path).resolve()
     for name, source in inputs.items():
         if not source:
@@ -79,8 +80,15 @@ def check_not_an_input(what: str, path: Path, inputs: dict[str, Path | str | Non
         source = Path(source).resolve()
         # SQLite's -wal, -shm and -journal files beside the database are the database too.
         beside = [source.with_name(source.name + suffix) for suffix in ("-wal", "-shm", "-journal")]
-        if target == source or target in beside or (source.is_dir() and source in target.parents):
-            raise UserError(f"{what} {path} is the {name} ({source}) or in it: choose another file")
+        if target == source or target in beside:
+            relation = "is"
+        elif source in target.parents:
+            relation = "is in"
+        elif target in source.parents:
+            relation = "holds"
+        else:
+            continue
+        raise UserError(f"{what} {path} {relation} the {name} ({source}): choose another")
 
 
 def check_sqlite_path(database: str | None) -> None:

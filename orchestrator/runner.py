@@ -258,13 +258,14 @@ def preflight(cfg: StudyConfig, opts: RunOptions) -> None:
     check_study_name(opts.study_name)
     check_writable_folder("--artifacts", opts.artifacts)
     check_writable_file("--output", opts.output_csv)
+    database = sqlite_database(opts.storage_url)
     corpus = cfg.corpus.load_kwargs(cfg.source.parent)
-    inputs = {"study file": cfg.source, "SQLite database": sqlite_database(opts.storage_url)}
+    inputs = {"study file": cfg.source, "SQLite database": database}
     inputs |= {f"corpus file ([corpus] {key})": corpus.get(key) for key in ("path", "train_path", "val_path")}
     if cfg.model.get("path"):
         inputs["model folder ([model] path)"] = cfg.source.parent / cfg.model["path"]
     check_not_an_input("--output", opts.output_csv, inputs)
-    check_sqlite_path(sqlite_database(opts.storage_url))
+    check_sqlite_path(database)
     check_devices(cfg.budget.device, cfg.study.gpus_per_trial, joining_cluster=bool(opts.ray_address))
     check_ray_address(opts.ray_address)
 
