@@ -270,9 +270,9 @@ def check_store(url: str, study_name: str) -> None:
             if study_exists(store, study_name):
                 check_objectives(store, study_name)
     finally:  # no connection kept open on a server while the corpus is prepared
-        for held in (engine, storage.engine if storage else None):
-            if held is not None:
-                held.dispose()
+        engine.dispose()
+        if storage is not None:
+            storage.engine.dispose()
 
 
 def create_own_tables(store: StudyStore) -> None:
