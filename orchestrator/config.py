@@ -18,12 +18,11 @@ from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams, bounded,
 from trainers.tokenizers import KINDS
 
 # Optuna samplers a study may use (orchestrator/runner.py builds them): TPE per parameter, TPE
-# modelling the parameters jointly (grouped by the method's define-by-run branch), and the
-# Gaussian-process sampler proposing what the pruned trials share (orchestrator/gp_proposals.py:
-# in the study itself it would see the dense control, which has no parameters, and sample at
-# random). Not NSGA-II: a genetic algorithm breeds generations of a population (50 by default),
-# more trials than a study here runs after its start-up (README, the sampler).
-SAMPLERS = ("tpe", "tpe_multivariate", "gp")
+# modelling the parameters jointly (grouped by the method's define-by-run branch), and two that
+# propose what the pruned trials share: the Gaussian-process sampler (orchestrator/gp_proposals.py)
+# and NSGA-II with the start-up as its first generation (orchestrator/nsga2_proposals.py). In the
+# study itself those two would see the dense control, which has no parameters, and sample at random.
+SAMPLERS = ("tpe", "tpe_multivariate", "gp", "nsga2")
 HF_ARCHITECTURES = ("gpt2", "gpt_neox", "llama")  # trainers/hf.py builds these from sizes
 MODEL_SPECS: dict[str, dict] = {
     "family": {"type": str, "default": "gpt", "choices": tuple(FAMILIES)},

@@ -18,6 +18,7 @@ from orchestrator.early_stopping import ParetoHalving, ParetoHalvingScheduler
 from orchestrator.errors import UserError
 from orchestrator.execution import (
     FINISHED,
+    Proposer,
     RunStopper,
     Stoppable,
     StudyCallback,
@@ -28,6 +29,7 @@ from orchestrator.execution import (
 from orchestrator.export import replicated, study_table, write_table
 from orchestrator.gp_proposals import GPProposer
 from orchestrator.interrupts import Interrupted, keep_sigterm_handler, wind_down
+from orchestrator.nsga2_proposals import NSGA2Proposer
 from orchestrator.preflight import (
     check_devices,
     check_not_an_input,
@@ -233,12 +235,23 @@ def make_sampler(kind: str, *, seed: int, startup: int) -> optuna.samplers.BaseS
     ``startup`` tells the sampler how many to see before it models the results. TPE with
     ``group=True`` models each define-by-run branch (a method's knobs) on the trials that have
     it, so the dense control, which has no parameters, does not empty its joint model. With
-    ``gp`` the study's own sampler is per-parameter TPE, for the knobs the Gaussian process's
-    proposals leave out (``gp_proposals``)."""
+    ``gp`` and ``nsga2`` the study's own sampler is per-parameter TPE, for the knobs their
+    proposals leave out (``make_proposer``)."""
     multivariate = kind == "tpe_multivariate"
     return optuna.samplers.TPESampler(
         seed=seed, n_startup_trials=startup, multivariate=multivariate, group=multivariate
     )
+
+
+def make_proposer(kind: str, *, seed: int, startup: int, space: SearchSpace) -> Proposer | None:
+    """``[study] sampler = "gp"`` or ``"nsga2"``: what proposes the searched trials' shared
+    parameters after the start-up (``gp_proposals``, ``nsga2_proposals``); None for TPE, which
+    samples in the study itself. NSGA-II's generations are as large as the start-up, its first."""
+    if kind == "gp":
+        return GPProposer(seed)
+    if kind == "nsga2":
+        return NSGA2Proposer(seed, population_size=startup, total_heads=space.total_heads)
+    return None
 
 
 def startup_trials(cfg: StudyConfig, n_trials: int, space: SearchSpace) -> int:
@@ -317,8 +330,7 @@ def _run_leased(
         on_finished=lambda number: _after_trial(store, study, driver, number),
         spread_trials=startup,
         gap_fill_every=cfg.study.gap_fill_every,
-        # [study] sampler = "gp": the Gaussian process proposes what the searched trials share
-        proposer=GPProposer(seed) if cfg.study.sampler == "gp" else None,
+        proposer=make_proposer(cfg.study.sampler, seed=seed, startup=startup, space=space),
         trial_cpu_seconds_budget=opts.trial_cpu_seconds_budget,
         still_leased=lambda: not lease.lost.is_set(),
     )

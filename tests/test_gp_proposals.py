@@ -4,11 +4,11 @@ the dense control (no parameters) kept out of its model (orchestrator/gp_proposa
 from __future__ import annotations
 
 import optuna
-import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import TrialState, create_trial
 
-from orchestrator.gp_proposals import GPProposer, as_modelled
+from orchestrator.gp_proposals import GPProposer
+from orchestrator.proposals import as_modelled
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -138,19 +138,3 @@ def test_the_driver_runs_the_proposal_after_the_startup(tmp_path):
         driver.finish(f"p{n}", worker_result(hparams, 5.0), None)
     trials = driver.study.get_trials(deepcopy=False)
     assert [t.user_attrs.get("proposed_by") for t in trials] == [None] * 4 + ["gp"] * 3
-
-
-@pytest.mark.slow
-def test_a_study_with_the_gp_sampler_runs_its_proposals_on_ray_tune(tmp_path):
-    """The runner's wiring, end to end: after a start-up of 2, the smoke study's trials take
-    the GP's proposals, and the run ends as any other (the front exported)."""
-    from helpers import run_smoke_study
-
-    url = f"sqlite:///{tmp_path}/gp.db"
-    extra = ["--n-trials", "5", "--set", "study.sampler=gp", "--set", "study.startup_trials=2"]
-    done = run_smoke_study(url, "gp", *extra, "--artifacts", str(tmp_path / "art"), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    study = optuna.load_study(study_name="gp", storage=url)
-    assert [t.user_attrs.get("proposed_by") for t in study.trials] == [None, None, None, "gp", "gp"]
-    assert all(t.state == TrialState.COMPLETE for t in study.trials)
-    assert "is out of range" not in done.stderr  # Optuna's warning for an enqueued value outside its range

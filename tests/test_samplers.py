@@ -58,8 +58,9 @@ def test_the_study_file_names_the_sampler(tmp_path):
     assert load_study_config(SMOKE).study.sampler == "tpe"
     assert load_study_config(SMOKE, ["study.sampler=tpe_multivariate"]).study.sampler == "tpe_multivariate"
     assert load_study_config(SMOKE, ["study.sampler=gp"]).study.sampler == "gp"  # tests/test_gp_proposals.py
+    assert load_study_config(SMOKE, ["study.sampler=nsga2"]).study.sampler == "nsga2"  # test_nsga2_proposals
     with pytest.raises(UserError, match="tpe_multivariate"):
-        load_study_config(SMOKE, ["study.sampler=nsga2"])
+        load_study_config(SMOKE, ["study.sampler=cmaes"])
 
 
 def method_after_a_one_method_startup(kind: str, seed: int) -> str:
@@ -90,3 +91,21 @@ def test_per_parameter_tpe_leaves_the_swept_method_and_the_joint_model_keeps_it(
     seeds = range(10)
     assert sum(method_after_a_one_method_startup("tpe", s) == "importance" for s in seeds) <= 1
     assert sum(method_after_a_one_method_startup("tpe_multivariate", s) == "importance" for s in seeds) >= 9
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sampler", ["gp", "nsga2"])
+def test_a_study_with_a_proposing_sampler_runs_its_proposals_on_ray_tune(tmp_path, sampler):
+    """The runner's wiring, end to end: after a start-up of 2, the smoke study's trials take
+    the proposer's points (``gp_proposals``, ``nsga2_proposals``), and the run ends as any other."""
+    from helpers import run_smoke_study
+    from optuna.trial import TrialState
+
+    url = f"sqlite:///{tmp_path}/{sampler}.db"
+    extra = ["--n-trials", "5", "--set", f"study.sampler={sampler}", "--set", "study.startup_trials=2"]
+    done = run_smoke_study(url, sampler, *extra, "--artifacts", str(tmp_path / "art"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    study = optuna.load_study(study_name=sampler, storage=url)
+    assert [t.user_attrs.get("proposed_by") for t in study.trials] == [None, None, None, sampler, sampler]
+    assert all(t.state == TrialState.COMPLETE for t in study.trials)
+    assert "is out of range" not in done.stderr  # Optuna's warning for an enqueued value outside its range

@@ -1,0 +1,93 @@
+"""NSGA-II proposals: ``[study] sampler = "nsga2"``.
+
+Optuna's ``NSGAIISampler`` breeds generations: each generation's parents are the best of the
+last one and its parents by non-dominated rank (ties: the most isolated on the front, crowding
+distance), and each child takes every parameter from one of two parents chosen by tournament
+(uniform crossover), then draws each at random with probability 1 / the parameters' count
+(mutation). Here the study's start-up sweep is its first generation (so a generation is as
+large as the start-up), and a child is a variation of points already on the front: most often
+one of them with one setting changed (another method, rate or size), where TPE, which models
+each parameter alone, drifts from the start-up's settings on every one at once.
+
+Like the GP (``gp_proposals``), it runs on the study's searched trials without the dense
+control (``proposals``), and proposes what they share; the study's own sampler (TPE) chooses a
+method's own knobs. Optuna's NSGA-II keeps its generations in the study it samples, so the
+throwaway study replays the trials one by one in the order they were asked, each enqueued,
+asked and told: the sampler files each in its generation as it would have in a study that ran
+them one at a time, and a resumed driver rebuilds the same generations from the database. A
+child that would run a trial again (the same shared settings at the same head count: the
+same batches, the same result) is passed over for another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from orchestrator.proposals import inside, modelled_trials, quiet_optuna, searched_trials, shared_space
+from trainers.gates import heads_to_keep
+
+# Children bred before the proposer gives up and leaves the trial to the study's sampler: a
+# generation whose parents all share their settings breeds repeats (a child with no mutation is
+# a parent), and about (1 - 1/4)^4, a third, of children of four shared parameters mutate none.
+ATTEMPTS = 50
+
+
+class NSGA2Proposer:
+    """Proposes the next trial's shared parameters by NSGA-II from the trials so far; the same
+    trials and seed give the same proposal (each call replays them into a new sampler)."""
+
+    name = "nsga2"  # what a trial it proposed records as ``proposed_by``
+
+    def __init__(self, seed: int, population_size: int, total_heads: int = 0) -> None:
+        self.seed = seed
+        self.population_size = max(2, population_size)  # NSGA-II's least
+        self.total_heads = total_heads  # the model's, to tell two sparsities of one head count apart
+
+    def __call__(self, trials: Iterable[FrozenTrial]) -> dict[str, Any] | None:
+        """The parameters for the next trial, or None (fewer than two modelled trials, nothing
+        they share, or only repeats bred): the study's sampler then chooses all of them."""
+        searched = searched_trials(trials)
+        modelled = modelled_trials(searched)
+        if len(modelled) < 2:
+            return None
+        with quiet_optuna():
+            probe = optuna.create_study(directions=["minimize", "minimize"])
+            probe.add_trials(modelled)
+            shared = shared_space(probe)
+            if not shared:
+                return None
+            sampler = optuna.samplers.NSGAIISampler(
+                population_size=self.population_size, seed=self.seed + len(searched)
+            )
+            shadow = optuna.create_study(directions=["minimize", "minimize"], sampler=sampler)
+            for trial in modelled:
+                shadow.enqueue_trial({name: trial.params[name] for name in shared})
+                replayed = shadow.ask(fixed_distributions=shared)
+                # Enqueued values skip the sampler, and with it the filing of the trial in its
+                # generation: asking for the sampler's own choice (then unused) files it.
+                replayed.relative_params  # noqa: B018
+                shadow.tell(replayed, trial.values)
+            taken = {self._key(t.params, shared) for t in searched if t.state != TrialState.FAIL}
+            for _ in range(ATTEMPTS):
+                child = inside(shadow.ask(fixed_distributions=shared).params, shared)
+                if self._key(child, shared) not in taken:
+                    return child
+        return None
+
+    def _key(self, params: dict[str, Any], shared: dict) -> tuple | None:
+        """What makes two trials the same trial: their shared settings, sparsity as the heads it
+        keeps. None for a trial that lacks one of them (it repeats nothing proposed)."""
+        if not shared.keys() <= params.keys():
+            return None
+        # A crossover passes a float through the sampler's transform (a log for lr), which can
+        # give 0.002999999999999999 for a parent's 3e-3: the same value, to 9 digits.
+        values = {
+            name: f"{v:.9g}" if isinstance(v, float) else v for name, v in params.items() if name in shared
+        }
+        if self.total_heads and "sparsity" in values:
+            values["sparsity"] = heads_to_keep(self.total_heads, params["sparsity"])
+        return tuple(sorted(values.items()))
