@@ -85,7 +85,9 @@ def _build_parser() -> argparse.ArgumentParser:
     _study_arguments(export)
     export.add_argument("--output", type=Path, help="file to write (default: standard output)")
     export.add_argument(
-        "--format", choices=("csv", "json"), help="default: from --output's suffix (.json), else csv"
+        "--format",
+        choices=("csv", "json"),
+        help="default: from --output's suffix (.json), else csv; a .csv or .json --output must match",
     )
     export.add_argument("--all", action="store_true", help="every COMPLETE trial, not only the front")
     export.add_argument(
@@ -223,7 +225,13 @@ def _export(args: argparse.Namespace) -> int:
     from orchestrator.report import check_plot_format, plot_front, plot_paths
     from orchestrator.storage import resolve_url, sqlite_database
 
-    fmt = args.format or ("json" if args.output and args.output.suffix.lower() == ".json" else "csv")
+    suffix = args.output.suffix.lower().lstrip(".") if args.output else ""
+    if args.format and suffix in ("csv", "json") and suffix != args.format:
+        raise UserError(
+            f"--format {args.format} with --output {args.output}: name a .{args.format} file, "
+            "or drop --format"
+        )
+    fmt = args.format or ("json" if suffix == "json" else "csv")
     # Every file it will write, checked before the first is: none may be the database it reads.
     database = {"SQLite database": sqlite_database(resolve_url(args.storage, args.study_name))}
     targets = [("--output", args.output)] if args.output else []

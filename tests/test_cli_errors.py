@@ -363,6 +363,10 @@ EXPORT = {
         ["--output", "{tmp}/f.png", "--plot", "{tmp}/f.png"],
         ["--plot writes", "which --output names too"],
     ),
+    "format against the suffix": (
+        ["--output", "{tmp}/f.json", "--format", "csv"],
+        ["--format csv with --output", "f.json", "name a .csv file"],
+    ),
     "plot not an image format": (
         ["--output", "{tmp}/f.csv", "--plot", "{tmp}/f.txt"],
         ["--plot", "image format"],
