@@ -150,7 +150,7 @@ class StudyDriver:
         self.n_trials, self.max_failed = n_trials, max_failed
         self.spread_trials = spread_trials  # the first trials after the dense control spread sparsity
         self.gap_fill_every = gap_fill_every  # then every N-th fills the front's widest gap
-        self.proposer = proposer  # and the others, if given, take its point ([study] sampler = "gp")
+        self.proposer = proposer  # and the others, if given, take its point ([study] sampler gp, nsga2)
         self.on_finished = on_finished
         self.models_dir = models_dir  # <artifacts>/trials/<study>: one folder per trial number
         finished = study.get_trials(deepcopy=False, states=FINISHED)
@@ -224,7 +224,7 @@ class StudyDriver:
         sparsity, settings as ``[startup]`` says or at their defaults (``SearchSpace.start_point``), so a
         short study's front spans the range with settings known to work. After them, every
         ``gap_fill_every``-th trial fills the front's widest gap (``front_gaps``), and the others
-        take the ``proposer``'s parameters where there is one (``gp_proposals``). The study's
+        take the ``proposer``'s parameters where there is one (``runner.make_proposer``). The study's
         sampler chooses whatever is not enqueued."""
         trials = self.study.get_trials(deepcopy=False)
         if any(t.state == optuna.trial.TrialState.WAITING for t in trials):
@@ -348,8 +348,8 @@ class StudySearcher(Searcher):
 
 class Proposer(Protocol):
     """Chooses the next trial's parameters from the study's trials, or None to leave them to the
-    study's sampler (``gp_proposals.GPProposer``); a trial it chose records ``name`` as its
-    ``proposed_by`` user attribute."""
+    study's sampler (``gp_proposals.GPProposer``, ``nsga2_proposals.NSGA2Proposer``); a trial
+    it chose records ``name`` as its ``proposed_by`` user attribute."""
 
     name: str
 

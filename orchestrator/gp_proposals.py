@@ -51,7 +51,7 @@ class GPProposer:
         with quiet_optuna():
             shadow = optuna.create_study(directions=["minimize", "minimize"], sampler=self.sampler)
             shadow.add_trials(modelled)
-            shared = shared_space(shadow)
+            shared = shared_space(modelled)
             if not shared:
                 return None
             for trial in running:  # after the intersection, which counts finished trials only

@@ -1,22 +1,33 @@
 """NSGA-II proposals: ``[study] sampler = "nsga2"``.
 
-Optuna's ``NSGAIISampler`` breeds generations: each generation's parents are the best of the
-last one and its parents by non-dominated rank (ties: the most isolated on the front, crowding
-distance), and each child takes every parameter from one of two parents chosen by tournament
-(uniform crossover), then draws each at random with probability 1 / the parameters' count
-(mutation). Here the study's start-up sweep is its first generation (so a generation is as
-large as the start-up), and a child is a variation of points already on the front: most often
-one of them with one setting changed (another method, rate or size), where TPE, which models
-each parameter alone, drifts from the start-up's settings on every one at once.
+Optuna's ``NSGAIISampler`` breeds generations: each child takes every parameter from one of two
+parents chosen by tournament (uniform crossover), then draws each at random with probability
+1 / the parameters' count (mutation); a generation's parents are the best of the generation
+before and its parents, by non-dominated rank (ties: the most isolated on the front, crowding
+distance). Here the study's start-up sweep is its first generation, so a generation is as large
+as the start-up. What that makes of a study of the default's length: its first generation of
+children is bred from every start-up point (the elite of one generation, cut to its own size,
+is all of it), so each child is a start-up point with about one setting changed (another
+method, rate, distillation or size), where TPE, which models each parameter alone, drifts from
+the start-up's settings on every one at once. Selection among the children starts with the
+second generation of children, after twice the start-up's trials have been searched.
 
-Like the GP (``gp_proposals``), it runs on the study's searched trials without the dense
-control (``proposals``), and proposes what they share; the study's own sampler (TPE) chooses a
-method's own knobs. Optuna's NSGA-II keeps its generations in the study it samples, so the
-throwaway study replays the trials one by one in the order they were asked, each enqueued,
-asked and told: the sampler files each in its generation as it would have in a study that ran
-them one at a time, and a resumed driver rebuilds the same generations from the database. A
-child that would run a trial again (the same shared settings at the same head count: the
-same batches, the same result) is passed over for another.
+Like the GP (``gp_proposals``), it runs on the study's searched trials without the dense control
+(``proposals``) and proposes what they share; the study's own sampler (TPE) chooses a method's
+own knobs, and all of them until a whole first generation is modelled (before that NSGA-II
+would draw at random, as with a second trial running beside the last start-up one).
+
+Optuna's NSGA-II keeps its generations in the study it samples: when it samples a trial it
+files it in a generation (a system attribute it writes itself), and an enqueued trial, whose
+values are fixed, skips that. So each call replays the trials into a throwaway study, one by
+one in the order they were asked, each enqueued, asked, its ``relative_params`` read (the
+sampler's own choice, unused, which files it), and told: generations come out as in a study that
+ran them one at a time, and a driver started again on the database rebuilds the same ones.
+That reading is Optuna's behaviour rather than its documented interface;
+``tests/test_nsga2_proposals.py`` fails if it changes (children would be random draws). A child
+that would run a trial again (the same shared settings at the same head count: for importance
+and topk, which keep exactly that many heads, the same batches and the same result) is passed
+over for another.
 """
 
 from __future__ import annotations
@@ -25,7 +36,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from orchestrator.proposals import inside, modelled_trials, quiet_optuna, searched_trials, shared_space
 from trainers.gates import heads_to_keep
@@ -43,23 +54,20 @@ class NSGA2Proposer:
     name = "nsga2"  # what a trial it proposed records as ``proposed_by``
 
     def __init__(self, seed: int, population_size: int, total_heads: int = 0) -> None:
-        self.seed = seed
+        self.seed = seed  # the study's: with the trials' count, each proposal's sampler's
         self.population_size = max(2, population_size)  # NSGA-II's least
         self.total_heads = total_heads  # the model's, to tell two sparsities of one head count apart
 
     def __call__(self, trials: Iterable[FrozenTrial]) -> dict[str, Any] | None:
-        """The parameters for the next trial, or None (fewer than two modelled trials, nothing
-        they share, or only repeats bred): the study's sampler then chooses all of them."""
+        """The parameters for the next trial, or None (fewer modelled trials than a generation,
+        nothing they share, or only repeats bred): the study's sampler then chooses them."""
         searched = searched_trials(trials)
         modelled = modelled_trials(searched)
-        if len(modelled) < 2:
+        shared = shared_space(modelled)
+        if len(modelled) < self.population_size or not shared:
             return None
+        taken = {self._key(t.params, shared) for t in searched}  # FAIL too: it would fail again
         with quiet_optuna():
-            probe = optuna.create_study(directions=["minimize", "minimize"])
-            probe.add_trials(modelled)
-            shared = shared_space(probe)
-            if not shared:
-                return None
             sampler = optuna.samplers.NSGAIISampler(
                 population_size=self.population_size, seed=self.seed + len(searched)
             )
@@ -67,11 +75,10 @@ class NSGA2Proposer:
             for trial in modelled:
                 shadow.enqueue_trial({name: trial.params[name] for name in shared})
                 replayed = shadow.ask(fixed_distributions=shared)
-                # Enqueued values skip the sampler, and with it the filing of the trial in its
-                # generation: asking for the sampler's own choice (then unused) files it.
+                # Files it in its generation; from the second generation on this also breeds a
+                # child (unused), which draws on the sampler's random state: deterministically.
                 replayed.relative_params  # noqa: B018
                 shadow.tell(replayed, trial.values)
-            taken = {self._key(t.params, shared) for t in searched if t.state != TrialState.FAIL}
             for _ in range(ATTEMPTS):
                 child = inside(shadow.ask(fixed_distributions=shared).params, shared)
                 if self._key(child, shared) not in taken:

@@ -5,7 +5,7 @@ study shares (Optuna's intersection search space), and the dense control (trial 
 inside the study they would sample every trial at random. A proposer therefore works in a
 throwaway in-memory study that holds the study's trials but the dense control, and the study
 enqueues its proposal for the next trial; the study's own sampler (TPE, per parameter) chooses
-what the proposal leaves out, the knobs of one method only. Public Optuna API throughout.
+what the proposal leaves out, the knobs of one method only.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution, FloatDistribution
-from optuna.search_space import IntersectionSearchSpace
+from optuna.search_space import intersection_search_space
 from optuna.trial import FrozenTrial, TrialState
 
 
@@ -66,12 +66,12 @@ def as_modelled(trial: FrozenTrial, worst: float | None) -> FrozenTrial | None:
     )
 
 
-def shared_space(study: optuna.Study) -> dict[str, BaseDistribution]:
-    """The parameters every COMPLETE trial of ``study`` has, with more than one value possible:
-    what a proposal chooses (the default study: method, sparsity, lr, distill)."""
+def shared_space(modelled: list[FrozenTrial]) -> dict[str, BaseDistribution]:
+    """The parameters every modelled trial has, with more than one value possible: what a
+    proposal chooses (the default study: method, sparsity, lr, distill)."""
     return {
         name: distribution
-        for name, distribution in IntersectionSearchSpace().calculate(study).items()
+        for name, distribution in intersection_search_space(modelled).items()
         if not distribution.single()
     }
 

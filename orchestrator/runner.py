@@ -243,14 +243,19 @@ def make_sampler(kind: str, *, seed: int, startup: int) -> optuna.samplers.BaseS
     )
 
 
-def make_proposer(kind: str, *, seed: int, startup: int, space: SearchSpace) -> Proposer | None:
+def make_proposer(
+    kind: str, *, seed: int, study_seed: int, startup: int, space: SearchSpace
+) -> Proposer | None:
     """``[study] sampler = "gp"`` or ``"nsga2"``: what proposes the searched trials' shared
     parameters after the start-up (``gp_proposals``, ``nsga2_proposals``); None for TPE, which
-    samples in the study itself. NSGA-II's generations are as large as the start-up, its first."""
+    samples in the study itself. The GP keeps its state from one proposal to the next and takes
+    the run's ``seed``; NSGA-II replays the study at each proposal, so it takes the study's own
+    (a resumed run then proposes what the first would have), and its generations are as large
+    as the start-up, its first."""
     if kind == "gp":
         return GPProposer(seed)
     if kind == "nsga2":
-        return NSGA2Proposer(seed, population_size=startup, total_heads=space.total_heads)
+        return NSGA2Proposer(study_seed, population_size=startup, total_heads=space.total_heads)
     return None
 
 
@@ -330,7 +335,9 @@ def _run_leased(
         on_finished=lambda number: _after_trial(store, study, driver, number),
         spread_trials=startup,
         gap_fill_every=cfg.study.gap_fill_every,
-        proposer=make_proposer(cfg.study.sampler, seed=seed, startup=startup, space=space),
+        proposer=make_proposer(
+            cfg.study.sampler, seed=seed, study_seed=cfg.study.seed, startup=startup, space=space
+        ),
         trial_cpu_seconds_budget=opts.trial_cpu_seconds_budget,
         still_leased=lambda: not lease.lost.is_set(),
     )
