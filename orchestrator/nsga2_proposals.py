@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import numpy
 import optuna
 from optuna.trial import FrozenTrial
 
@@ -69,7 +70,7 @@ class NSGA2Proposer:
         taken = {self._key(t.params, shared) for t in searched}  # FAIL too: it would fail again
         with quiet_optuna():
             sampler = optuna.samplers.NSGAIISampler(
-                population_size=self.population_size, seed=self.seed + len(searched)
+                population_size=self.population_size, seed=self._seed(searched)
             )
             shadow = optuna.create_study(directions=["minimize", "minimize"], sampler=sampler)
             for trial in modelled:
@@ -84,6 +85,12 @@ class NSGA2Proposer:
                 if self._key(child, shared) not in taken:
                     return child
         return None
+
+    def _seed(self, searched: list[FrozenTrial]) -> int:
+        """This proposal's sampler's seed, from the study's and the trials so far. Not their sum:
+        seed s at n trials would draw what seed s + 1 does at n - 1, and studies of neighbouring
+        seeds (a benchmark's) would breed the same children (the first NSGA-II run did)."""
+        return int(numpy.random.SeedSequence([self.seed, len(searched)]).generate_state(1)[0])
 
     def _key(self, params: dict[str, Any], shared: dict) -> tuple | None:
         """What makes two trials the same trial: their shared settings, sparsity as the heads it

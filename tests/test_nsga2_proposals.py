@@ -117,6 +117,21 @@ def test_the_same_trials_and_seed_give_the_same_proposal_as_a_resumed_driver_nee
     assert NSGA2Proposer(3, 5, HEADS)(trials) != NSGA2Proposer(4, 5, HEADS)(trials)
 
 
+def test_neighbouring_seeds_do_not_share_their_children():
+    """Seed 0 with one trial more running than seed 1 (the same results modelled) once drew
+    from the same random stream (0 + 7 = 1 + 6), so a benchmark's neighbouring seeds bred the
+    same children. Two proposals each, as a study asks them."""
+
+    def two_proposals(seed: int, running: list) -> list[dict]:
+        trials, proposals = [DENSE, *startup(6), *running], []
+        for _ in range(2):
+            proposals.append(NSGA2Proposer(seed, population_size=6, total_heads=HEADS)(trials))
+            trials.append(trial(proposals[-1]["method"], proposals[-1]["sparsity"], state=TrialState.RUNNING))
+        return proposals
+
+    assert two_proposals(0, [trial("topk", 0.3, state=TrialState.RUNNING)]) != two_proposals(1, [])
+
+
 def test_children_are_variations_of_the_startup_not_random_draws():
     """The start-up is the first generation, so a child takes each setting from a start-up
     parent and redraws about one in four: most keep the start-up's rate. A sampler that did
