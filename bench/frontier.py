@@ -124,23 +124,28 @@ def searched_arm(cfg, seed: int, budget_s: float, artifacts: Path, startup: int,
             trial_cpu_seconds_budget=budget_s,
         )
         run_study(replace(cfg, study=study), opts)
-        study = optuna.load_study(study_name=name, storage=opts.storage_url)
-        points = []
-        for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)):
-            if t.state == optuna.trial.TrialState.COMPLETE:
-                points.append(
-                    {
-                        "method": t.user_attrs["method"],
-                        "sparsity": t.user_attrs["sparsity"],
-                        "ppl": t.values[0],
-                        "params": int(t.values[1]),
-                        "seconds": t.user_attrs["cpu_seconds"],
-                        "hparams": t.user_attrs["hparams"],
-                    }
-                )
-            else:  # stopped early: its compute counts, it has no final point
-                points.append({"method": "pruned", "seconds": t.user_attrs["cpu_seconds"]})
-        return points
+        return study_points(optuna.load_study(study_name=name, storage=opts.storage_url))
+
+
+def study_points(study: optuna.Study) -> list[dict]:
+    """A searched arm's finished trials in the order they ran: a point for each COMPLETE one,
+    and for each stopped early its compute (it has no final point)."""
+    points = []
+    for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)):
+        if t.state == optuna.trial.TrialState.COMPLETE:
+            points.append(
+                {
+                    "method": t.user_attrs["method"],
+                    "sparsity": t.user_attrs["sparsity"],
+                    "ppl": t.values[0],
+                    "params": int(t.values[1]),
+                    "seconds": t.user_attrs["cpu_seconds"],
+                    "hparams": t.user_attrs["hparams"],
+                }
+            )
+        else:
+            points.append({"method": "pruned", "seconds": t.user_attrs["cpu_seconds"]})
+    return points
 
 
 def sweep_hparams(space: SearchSpace, method: str, index: int, **values) -> TrialHParams:
