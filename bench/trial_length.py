@@ -12,18 +12,21 @@ time, by seed, with the paired mean and its 95% interval (``bench.frontier.paire
 
 Equal compute across two lengths needs one yardstick. Each run's dense control is a trial of
 its own length, so it measures its machine only at that length: CPU seconds are counted in
-*short dense controls* (a dense control of the short length on the run's machine), which is a
-long run's dense control divided by ``--cost-ratio``, the CPU time of a long dense control over
-a short one measured side by side on one machine (``--measure-cost-ratio`` measures it where it
-runs). A run's last trial may end past its budget; every arm is cut to the smallest budget
-among the runs (``--budget`` in short dense controls, to cut further), counting the trials that
-end within it.
+*short dense controls* (a dense control of the short length on the runs' machine): the median of
+the short runs' dense controls, and of the long runs' over ``--cost-ratio``, the CPU time of a
+long dense control over a short one on one machine (``--measure-cost-ratio`` measures it where
+it runs; measure it under the load the runs had, if it changes the ratio). Runs of one length
+from machines of different speeds are refused. Every arm is cut to the smallest budget among
+the runs (``--budget`` in short dense controls, to cut further) twice: by the rule the runs
+ended by (a trial starts while less than the budget is spent, so the last may end past it) and
+counting only the trials that ended within it. A long trial overshoots or falls short by more
+than a short one, so the truth lies between the two; each table says what each arm used.
 
 Each arm's front is normalised by its own seed's dense control (as ``bench.frontier`` does),
-and again by the short run's, since a longer dense control ends a little worse (the converged
+and again by the short runs', since a longer dense control ends a little worse (the converged
 checkpoint drifts) and a ratio to it flatters the long arms by that much. Last, what the
-longer fine-tuning buys one size: the long sweep's point against the short sweep's at the same
-head count and seed.
+longer fine-tuning buys one size: the long sweep's perplexity against the short sweep's at the
+same head count and seed.
 """
 
 from __future__ import annotations
@@ -37,86 +40,118 @@ from pathlib import Path
 
 from bench.against_sweep import band_of
 from bench.common import print_json, print_table
-from bench.frontier import hypervolume_within, mean_and_range, paired
+from bench.frontier import SWEEPS, hypervolume_within, mean_and_range, paired, within_budget
 from trainers.gates import heads_to_keep
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def in_short_dense_units(run: dict, cost_ratio: float) -> dict[int, dict]:
-    """seed -> {"dense": its dense control, "unit": CPU-s of a short dense control on its
-    machine, "budget": the run's budget in those units, "arms": points with "units" added}."""
-    found = {}
-    for seed in run["seeds"]:
-        unit = seed["dense"]["seconds"] / cost_ratio
-        arms = {
-            arm: [{**p, "units": p["seconds"] / unit} for p in points] for arm, points in seed["arms"].items()
-        }
-        found[seed["seed"]] = {
-            "dense": seed["dense"],
-            "unit": unit,
-            "budget": run["budget_minutes"] * 60 / unit,
-            "arms": arms,
-        }
-    return found
+# Dense controls of one length more than this far from their median came from machines of
+# different speeds: one yardstick would not serve them (bench.frontier --merge rescales those).
+SAME_MACHINE = 0.10
+
+
+def group_unit(runs: list[dict], cost_ratio: float, what: str) -> float:
+    """CPU-s of a short dense control on the machine the runs of one length ran on: the median of
+    their dense controls' CPU times over ``cost_ratio`` (one trial per seed and run is a noisy
+    yardstick: on one machine two runs' dense controls of one seed differed by 10%)."""
+    seconds = [seed["dense"]["seconds"] for run in runs for seed in run["seeds"]]
+    median = statistics.median(seconds)
+    if any(abs(s / median - 1) > SAME_MACHINE for s in seconds):
+        raise SystemExit(
+            f"the {what} runs' dense controls took {min(seconds):.0f}-{max(seconds):.0f} CPU-s: machines of "
+            "different speeds; compare runs of one machine (or merge them with bench.frontier --merge)"
+        )
+    return median / cost_ratio
+
+
+def in_units(points: list[dict], unit: float) -> list[dict]:
+    """The points with their CPU time ("seconds") in short dense controls."""
+    return [{**p, "seconds": p["seconds"] / unit} for p in points]
 
 
 def gather(short: list[dict], long: list[dict], cost_ratio: float) -> tuple[dict[int, dict], float]:
-    """seed -> {"short_dense": the short run's dense control, "arms": arm -> (points, own dense)},
-    for the seeds every arm ran; and the smallest budget among the runs, in short dense controls."""
-    seeds: dict[int, dict] = defaultdict(lambda: {"arms": {}})
-    budgets = []
-    for runs, ratio in ((short, 1.0), (long, cost_ratio)):
+    """seed -> {"short_dense": the short runs' dense control, "arms": arm -> (points in short
+    dense controls, the arm's own dense control)}, for the seeds that have every arm; and the
+    smallest budget among those seeds' runs, in short dense controls."""
+    if len({run["cpus_per_trial"] for run in short + long}) > 1:
+        raise SystemExit("the runs have different threads per trial")
+    seeds: dict[int, dict] = defaultdict(lambda: {"arms": {}, "budgets": []})
+    for runs, ratio, is_short in ((short, 1.0, True), (long, cost_ratio, False)):
+        if not runs:
+            continue
+        unit = group_unit(runs, ratio, "short" if is_short else "long")
         for run in runs:
-            for number, seed in in_short_dense_units(run, ratio).items():
-                budgets.append(seed["budget"])
-                if ratio == 1.0:
-                    seeds[number]["short_dense"] = seed["dense"]
+            for seed in run["seeds"]:
+                found = seeds[seed["seed"]]
+                found["budgets"].append(run["budget_minutes"] * 60 / unit)
+                if is_short:
+                    known = found.setdefault("short_dense", seed["dense"])
+                    if not math.isclose(known["ppl"], seed["dense"]["ppl"], rel_tol=1e-6):
+                        raise SystemExit(f"seed {seed['seed']}'s short runs have different dense controls")
                 for arm, points in seed["arms"].items():
-                    if arm in seeds[number]["arms"]:
-                        raise SystemExit(f"seed {number} has arm {arm} twice")
-                    seeds[number]["arms"][arm] = (points, seed["dense"])
+                    if arm in found["arms"]:
+                        raise SystemExit(f"seed {seed['seed']} has arm {arm} twice")
+                    found["arms"][arm] = (in_units(points, unit), seed["dense"])
     arms = {arm for seed in seeds.values() for arm in seed["arms"]}
-    complete = {n: s for n, s in seeds.items() if set(s["arms"]) == arms and "short_dense" in s}
+    complete = {n: s for n, s in sorted(seeds.items()) if set(s["arms"]) == arms and "short_dense" in s}
+    left_out = sorted(set(seeds) - set(complete))
+    if left_out:
+        print(f"seeds {left_out} left out: they lack an arm or a short run", flush=True)
     if not complete:
         raise SystemExit("no seed has every arm and a short run")
-    return dict(sorted(complete.items())), min(budgets)
+    return complete, min(b for seed in complete.values() for b in seed["budgets"])
 
 
-def hypervolume_at(points: list[dict], dense: dict, budget_units: float) -> float:
-    """``bench.frontier.hypervolume_within`` in short dense controls instead of CPU-s."""
-    return hypervolume_within([{**p, "seconds": p["units"]} for p in points], dense, budget_units)
-
-
-def best_ratio(points: list[dict], dense: dict, budget_units: float, removed: float) -> float | None:
-    """The best perplexity / dense among the points with at least ``removed`` of the heads gone,
-    of the trials that ended within the budget."""
-    spent, best = 0.0, None
+def cut(points: list[dict], budget: float, rule: str) -> list[dict]:
+    """The trials an arm holds at ``budget``: by the rule its run ended by ("started": a trial
+    starts while less than the budget is spent, so the last one may end past it, the more so
+    the longer the trials) or only those that "ended" within it (the other way round)."""
+    if rule == "started":
+        return within_budget(points, budget)
+    kept, spent = [], 0.0
     for p in points:
-        spent += p["units"]
-        if spent > budget_units:
+        spent += p["seconds"]
+        if spent > budget:
             break
-        if "ppl" in p and p["sparsity"] >= removed - 1e-9:
-            best = min(best or math.inf, p["ppl"] / dense["ppl"])
-    return best
+        kept.append(p)
+    return kept
+
+
+def best_ratio(points: list[dict], dense: dict, removed: float) -> float | None:
+    """The best perplexity / dense among the finished points with at least ``removed`` of the
+    heads gone."""
+    found = [p["ppl"] / dense["ppl"] for p in points if "ppl" in p and p["sparsity"] >= removed - 1e-9]
+    return min(found) if found else None
+
+
+def sweep_pairs(short_arms: list[str], long_arms: list[str]) -> list[tuple[str, str]]:
+    """(short arm, long arm) of the same sweep (``importance:distilled`` and
+    ``importance:len400``): one method at the two lengths, nothing else."""
+    pairs = []
+    for short in short_arms:
+        method = short.split(":")[0]
+        pairs += [(short, long) for long in long_arms if method in SWEEPS and long.split(":")[0] == method]
+    return pairs
 
 
 def same_size_gains(
     seeds: dict[int, dict], short_arm: str, long_arm: str, total_heads: int
 ) -> dict[str, list[float]]:
-    """Heads kept band -> the long sweep's perplexity / the short sweep's - 1 (percent), each over
-    its own dense control, at every head count both hold in a seed (whatever the budget)."""
+    """Heads kept band -> the long sweep's perplexity / the short sweep's - 1 (percent) at every
+    head count both hold in a seed, whatever the budget: the same checkpoint, the same seed's
+    batches, the same validation tokens, so the perplexities compare as they are."""
 
-    def by_size(points: list[dict], dense: dict) -> dict[int, float]:
+    def by_size(points: list[dict]) -> dict[int, float]:
         sizes: dict[int, float] = {}
         for p in points:
             if "ppl" in p and p["hparams"]["method"] != "dense":
-                sizes.setdefault(heads_to_keep(total_heads, p["sparsity"]), p["ppl"] / dense["ppl"])
+                sizes.setdefault(heads_to_keep(total_heads, p["sparsity"]), p["ppl"])
         return sizes
 
     gains: dict[str, list[float]] = defaultdict(list)
     for seed in seeds.values():
-        short, long = by_size(*seed["arms"][short_arm]), by_size(*seed["arms"][long_arm])
+        short, long = by_size(seed["arms"][short_arm][0]), by_size(seed["arms"][long_arm][0])
         for kept in sorted(set(short) & set(long)):
             gains[band_of(kept)].append(100 * (long[kept] / short[kept] - 1))
     return dict(gains)
@@ -125,7 +160,8 @@ def same_size_gains(
 def measure_cost_ratio(short_steps: tuple[int, int], long_steps: tuple[int, int], repeats: int) -> float:
     """The CPU time of the default study's dense control at ``long_steps`` (gate steps,
     fine-tuning steps) over ``short_steps``, one thread, alternated ``repeats`` times on this
-    machine; the ratio of the medians."""
+    machine; the ratio of the medians. Evaluation costs the same at both lengths, so the ratio is
+    under the ratio of steps (400 / 150)."""
     import torch
 
     from bench.frontier import STUDY, timed_trial
@@ -187,68 +223,64 @@ def main() -> None:
     if args.budget is not None:
         budget = min(budget, args.budget)
     arms = list(next(iter(seeds.values()))["arms"])
-    short_arms = {arm for run in short for seed in run["seeds"] for arm in seed["arms"]}
-
-    def per_seed(arm: str, reference: str) -> list[float]:
-        values = []
-        for seed in seeds.values():
-            points, own = seed["arms"][arm]
-            dense = own if reference == "own" else seed["short_dense"]
-            values.append(hypervolume_at(points, dense, budget))
-        return values
-
-    results = {}
-    for reference in ("own", "short"):
-        hv = {arm: per_seed(arm, reference) for arm in arms}
-        results[reference] = hv
-        whose = "each arm's own" if reference == "own" else "the short run's"
-        print_table(
-            f"hypervolume at {budget:.1f} short dense controls of trial CPU per arm and seed, "
-            f"normalised by {whose} dense control; seeds {list(seeds)}",
-            ["arm", *(f"seed {n}" for n in seeds), "mean [min, max]", ">= 50% removed", ">= 75% removed"],
-            [
-                [
-                    arm,
-                    *(f"{v:.4f}" for v in hv[arm]),
-                    mean_and_range(hv[arm]),
-                    *(
-                        mean_and_range(
-                            [
-                                best_ratio(
-                                    s["arms"][arm][0],
-                                    s["arms"][arm][1] if reference == "own" else s["short_dense"],
-                                    budget,
-                                    removed,
-                                )
-                                for s in seeds.values()
-                            ]
-                        )
-                        for removed in (0.5, 0.75)
-                    ),
+    short_arms = sorted({arm for run in short for seed in run["seeds"] for arm in seed["arms"]})
+    long_arms = [arm for arm in arms if arm not in short_arms]
+    results: dict[str, dict] = {}
+    for rule in ("started", "ended"):
+        for reference in ("own", "short"):
+            whose = "each arm's own" if reference == "own" else "the short runs'"
+            hv, rows = {}, []
+            for arm in arms:
+                held = [cut(seed["arms"][arm][0], budget, rule) for seed in seeds.values()]
+                dense = [
+                    seed["arms"][arm][1] if reference == "own" else seed["short_dense"]
+                    for seed in seeds.values()
                 ]
-                for arm in arms
+                hv[arm] = [hypervolume_within(h, d, math.inf) for h, d in zip(held, dense)]
+                rows.append(
+                    [
+                        arm,
+                        *(f"{v:.4f}" for v in hv[arm]),
+                        mean_and_range(hv[arm]),
+                        *(
+                            mean_and_range([best_ratio(h, d, r) for h, d in zip(held, dense)])
+                            for r in (0.5, 0.75)
+                        ),
+                        f"{statistics.mean(sum(p['seconds'] for p in h) for h in held):.1f}",
+                    ]
+                )
+            results[f"{rule}/{reference}"] = hv
+            print_table(
+                f"hypervolume at {budget:.1f} short dense controls of trial CPU per arm and seed (trials "
+                f"{rule} within it), normalised by {whose} dense control; seeds {list(seeds)}",
+                [
+                    "arm",
+                    *(f"seed {n}" for n in seeds),
+                    "mean [min, max]",
+                    "best ppl / dense, >= 50% removed",
+                    ">= 75% removed",
+                    "used (mean)",
+                ],
+                rows,
+            )
+            print_table(
+                f"paired by seed ({rule} within, by {whose} dense control): each arm minus each other",
+                ["arm", "minus", "by seed", "mean", "95% interval"],
+                [[a, b, *paired(hv[a], hv[b])] for i, a in enumerate(arms) for b in arms[i + 1 :]],
+            )
+    gains = {}
+    for short_arm, long_arm in sweep_pairs(short_arms, long_arms):
+        found = same_size_gains(seeds, short_arm, long_arm, args.heads)
+        gains[f"{long_arm} / {short_arm}"] = found
+        print_table(
+            f"{long_arm} against {short_arm} at the same head count and seed (every trial, whatever "
+            "the budget): perplexity / perplexity - 1, percent",
+            ["heads kept", "sizes x seeds", "median", "range"],
+            [
+                [band, str(len(v)), f"{statistics.median(v):+.1f}%", f"{min(v):+.1f}% .. {max(v):+.1f}%"]
+                for band, v in sorted(found.items(), key=lambda kv: int(kv[0].split("-")[0]))
             ],
         )
-        print_table(
-            "paired by seed: each arm minus each other (95% t-interval)",
-            ["arm", "minus", "by seed", "mean", "95% interval"],
-            [[a, b, *paired(hv[a], hv[b])] for i, a in enumerate(arms) for b in arms[i + 1 :]],
-        )
-    long_sweeps = [a for a in arms if a not in short_arms and not a.startswith("searched")]
-    gains = {}
-    for short_arm in sorted(short_arms):
-        for long_arm in long_sweeps:
-            found = same_size_gains(seeds, short_arm, long_arm, args.heads)
-            gains[f"{long_arm} / {short_arm}"] = found
-            print_table(
-                f"{long_arm} against {short_arm} at the same head count and seed: "
-                "(ppl / its dense) over (ppl / its dense) - 1, percent",
-                ["heads kept", "sizes x seeds", "median", "range"],
-                [
-                    [band, str(len(v)), f"{statistics.median(v):+.1f}%", f"{min(v):+.1f}% .. {max(v):+.1f}%"]
-                    for band, v in sorted(found.items(), key=lambda kv: int(kv[0].split("-")[0]))
-                ],
-            )
     print_json("trial_length", {"budget_short_dense": budget, "hypervolume": results, "same_size_pct": gains})
 
 
