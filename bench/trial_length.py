@@ -1,8 +1,9 @@
 """Trials of two lengths at equal compute: more sizes, or every size fine-tuned longer?
 
-    cd bench/results
-    python -m bench.trial_length --short frontier_long_importance_distilled_seed{0,1,2}.json \\
-      --long frontier_len400_{importance_distilled,searched}_seed{0,1,2}.json --cost-ratio 2.43
+    python -m bench.trial_length --measure-cost-ratio       # once, on the long runs' machine
+    python -m bench.trial_length --cost-ratio 2.66 \\
+      --short bench/results/frontier_long_importance_distilled_seed{0,1,2}.json \\
+      --long bench/results/frontier_len400_importance_distilled_seed{0,1,2}.json
 
 Reads ``bench.frontier`` runs (``--save``) made at two trial lengths: ``--short`` ones (the
 benchmark's 50 + 100 steps) and ``--long`` ones (e.g. the default study's own 100 + 300). A
@@ -217,8 +218,11 @@ def main() -> None:
         parser.error("--short, --long and --cost-ratio are needed (or --measure-cost-ratio alone)")
     if not args.cost_ratio > 0:
         parser.error(f"--cost-ratio must be above 0, got {args.cost_ratio}")
-    short = [json.loads(p.read_text()) for p in args.short]
-    long = [json.loads(p.read_text()) for p in args.long]
+    try:
+        short = [json.loads(p.read_text()) for p in args.short]
+        long = [json.loads(p.read_text()) for p in args.long]
+    except (OSError, json.JSONDecodeError) as error:
+        parser.error(f"cannot read a saved run: {error}")
     seeds, budget = gather(short, long, args.cost_ratio)
     if args.budget is not None:
         budget = min(budget, args.budget)
