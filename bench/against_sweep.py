@@ -43,6 +43,16 @@ def band_of(kept: int) -> str:
     return f"{kept}"
 
 
+def first_by_head_count(points: list[dict], total_heads: int) -> dict[int, float]:
+    """Heads kept -> the first finished pruned trial's perplexity there (a sweep's point of
+    that size; the dense control and stopped trials left out)."""
+    sizes: dict[int, float] = {}
+    for p in points:
+        if "ppl" in p and p["hparams"]["method"] != "dense":
+            sizes.setdefault(heads_to_keep(total_heads, p["sparsity"]), p["ppl"])
+    return sizes
+
+
 def sweep_points(runs: list[dict], arm: str | None, total_heads: int) -> dict[int, dict]:
     """seed -> {"dense": its dense control's ppl, heads kept -> the sweep's first ppl there}."""
     found: dict[int, dict] = {}
@@ -50,9 +60,8 @@ def sweep_points(runs: list[dict], arm: str | None, total_heads: int) -> dict[in
         for seed in run["seeds"]:
             name = arm or next(iter(seed["arms"]))
             sizes = found.setdefault(seed["seed"], {"dense": seed["dense"]["ppl"]})
-            for p in seed["arms"][name]:
-                if "ppl" in p and p["hparams"]["method"] != "dense":
-                    sizes.setdefault(heads_to_keep(total_heads, p["sparsity"]), p["ppl"])
+            for kept, ppl in first_by_head_count(seed["arms"][name], total_heads).items():
+                sizes.setdefault(kept, ppl)  # an earlier run's point of that size stays
     return found
 
 

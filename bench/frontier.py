@@ -277,20 +277,21 @@ def plain_tune_arm(cfg, setup: TrialSetup, seed: int, budget_s: float) -> list[d
         ray.shutdown()
 
 
+def best_ratio(points: list[dict], dense: dict, removed: float) -> float | None:
+    """The best perplexity / dense among the finished points with at least ``removed`` of the
+    heads gone (stopped trials have no point)."""
+    found = [p["ppl"] for p in points if "ppl" in p and p["sparsity"] >= removed - 1e-9]
+    return min(found) / dense["ppl"] if found else None
+
+
 def summarise(points: list[dict], dense: dict) -> dict:
-    finished = [p for p in points if "ppl" in p]
-
-    def best_from(removed: float) -> float | None:
-        ppl = [p["ppl"] for p in finished if p["sparsity"] >= removed - 1e-9]
-        return min(ppl) / dense["ppl"] if ppl else None
-
     seconds = sum(p["seconds"] for p in points)
     return {
         "hypervolume": hypervolume_within(points, dense, math.inf),
-        "ppl_ratio_50": best_from(0.5),
-        "ppl_ratio_75": best_from(0.75),
+        "ppl_ratio_50": best_ratio(points, dense, 0.5),
+        "ppl_ratio_75": best_ratio(points, dense, 0.75),
         "trials": len(points),
-        "complete": len(finished),
+        "complete": sum("ppl" in p for p in points),
         "minutes": seconds / 60,
         "trials_per_cpu_hour": len(points) / max(1e-9, seconds) * 3600,
     }
@@ -300,13 +301,7 @@ def hypervolume_within(points: list[dict], dense: dict, seconds: float) -> float
     """The hypervolume of the arm's first trials, in the order they ran, whose CPU time adds up
     to at most ``seconds``: what the arm had found at that part of the budget. One run so shows
     at which budget one arm passes another (both measured side by side, not in separate runs)."""
-    spent, found = 0.0, []
-    for p in points:
-        spent += p["seconds"]
-        if spent > seconds:
-            break
-        if "ppl" in p:
-            found.append((p["ppl"], p["params"]))
+    found = [(p["ppl"], p["params"]) for p in ended_within(points, seconds) if "ppl" in p]
     return normalised_hypervolume(found, (dense["ppl"], dense["params"]))
 
 
@@ -576,6 +571,18 @@ def within_budget(points: list[dict], budget_s: float) -> list[dict]:
             break
         kept.append(p)
         spent += p["seconds"]
+    return kept
+
+
+def ended_within(points: list[dict], budget_s: float) -> list[dict]:
+    """The first points whose CPU time adds up to at most the budget: the trials that ended
+    within it (``within_budget`` also holds the one that started within it and ended past)."""
+    kept, spent = [], 0.0
+    for p in points:
+        spent += p["seconds"]
+        if spent > budget_s:
+            break
+        kept.append(p)
     return kept
 
 

@@ -39,10 +39,17 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from bench.against_sweep import band_of
+from bench.against_sweep import band_of, first_by_head_count
 from bench.common import print_json, print_table
-from bench.frontier import SWEEPS, hypervolume_within, mean_and_range, paired, within_budget
-from trainers.gates import heads_to_keep
+from bench.frontier import (
+    SWEEPS,
+    best_ratio,
+    ended_within,
+    hypervolume_within,
+    mean_and_range,
+    paired,
+    within_budget,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -108,22 +115,7 @@ def cut(points: list[dict], budget: float, rule: str) -> list[dict]:
     """The trials an arm holds at ``budget``: by the rule its run ended by ("started": a trial
     starts while less than the budget is spent, so the last one may end past it, the more so
     the longer the trials) or only those that "ended" within it (the other way round)."""
-    if rule == "started":
-        return within_budget(points, budget)
-    kept, spent = [], 0.0
-    for p in points:
-        spent += p["seconds"]
-        if spent > budget:
-            break
-        kept.append(p)
-    return kept
-
-
-def best_ratio(points: list[dict], dense: dict, removed: float) -> float | None:
-    """The best perplexity / dense among the finished points with at least ``removed`` of the
-    heads gone."""
-    found = [p["ppl"] / dense["ppl"] for p in points if "ppl" in p and p["sparsity"] >= removed - 1e-9]
-    return min(found) if found else None
+    return within_budget(points, budget) if rule == "started" else ended_within(points, budget)
 
 
 def sweep_pairs(short_arms: list[str], long_arms: list[str]) -> list[tuple[str, str]]:
@@ -143,16 +135,10 @@ def same_size_gains(
     head count both hold in a seed, whatever the budget: the same checkpoint, the same seed's
     batches, the same validation tokens, so the perplexities compare as they are."""
 
-    def by_size(points: list[dict]) -> dict[int, float]:
-        sizes: dict[int, float] = {}
-        for p in points:
-            if "ppl" in p and p["hparams"]["method"] != "dense":
-                sizes.setdefault(heads_to_keep(total_heads, p["sparsity"]), p["ppl"])
-        return sizes
-
     gains: dict[str, list[float]] = defaultdict(list)
     for seed in seeds.values():
-        short, long = by_size(seed["arms"][short_arm][0]), by_size(seed["arms"][long_arm][0])
+        short = first_by_head_count(seed["arms"][short_arm][0], total_heads)
+        long = first_by_head_count(seed["arms"][long_arm][0], total_heads)
         for kept in sorted(set(short) & set(long)):
             gains[band_of(kept)].append(100 * (long[kept] / short[kept] - 1))
     return dict(gains)
@@ -171,21 +157,20 @@ def measure_cost_ratio(short_steps: tuple[int, int], long_steps: tuple[int, int]
     from trainers.hparams import TrialHParams
     from trainers.trial import TrialSetup
 
+    def dense_control_at(steps: tuple[int, int]) -> tuple[TrialSetup, TrialHParams]:
+        sets = ["study.cpus_per_trial=1", f"trial.prune_steps={steps[0]}", f"trial.finetune_steps={steps[1]}"]
+        cfg = load_study_config(STUDY, sets)
+        corpus, model_cfg = prepare_inputs(cfg)
+        checkpoint = study_dense_checkpoint(cfg, corpus, model_cfg, REPO / "runs" / "artifacts")
+        return TrialSetup(corpus, checkpoint, cfg.budget, 0), TrialHParams(**cfg.search.control_point())
+
     torch.set_num_threads(1)
-    seconds: dict[tuple[int, int], list[float]] = {short_steps: [], long_steps: []}
+    # the corpus and the checkpoint read once per length, not once per repeat
+    setups = {steps: dense_control_at(steps) for steps in (short_steps, long_steps)}
+    seconds: dict[tuple[int, int], list[float]] = {steps: [] for steps in setups}
     for _ in range(repeats):
-        for steps in seconds:
-            sets = [
-                "study.cpus_per_trial=1",
-                f"trial.prune_steps={steps[0]}",
-                f"trial.finetune_steps={steps[1]}",
-            ]
-            cfg = load_study_config(STUDY, sets)
-            corpus, model_cfg = prepare_inputs(cfg)
-            checkpoint = study_dense_checkpoint(cfg, corpus, model_cfg, REPO / "runs" / "artifacts")
-            dense = timed_trial(
-                TrialSetup(corpus, checkpoint, cfg.budget, 0), TrialHParams(**cfg.search.control_point())
-            )
+        for steps, (setup, control) in setups.items():
+            dense = timed_trial(setup, control)
             seconds[steps].append(dense["seconds"])
             print(f"dense control, {steps[0]} + {steps[1]} steps: {dense['seconds']:.1f} CPU-s", flush=True)
     return statistics.median(seconds[long_steps]) / statistics.median(seconds[short_steps])
