@@ -1,6 +1,7 @@
 """Trials of two lengths at equal compute: more sizes, or every size fine-tuned longer?
 
     python -m bench.trial_length --measure-cost-ratio       # once, on the long runs' machine
+    python -m bench.trial_length --measure-cost-ratio --short-steps 100+300 --long-steps 100+700
     python -m bench.trial_length --cost-ratio 2.66 \\
       --short bench/results/frontier_long_importance_distilled_seed{0,1,2}.json \\
       --long bench/results/frontier_len400_importance_distilled_seed{0,1,2}.json
@@ -148,7 +149,7 @@ def measure_cost_ratio(short_steps: tuple[int, int], long_steps: tuple[int, int]
     """The CPU time of the default study's dense control at ``long_steps`` (gate steps,
     fine-tuning steps) over ``short_steps``, one thread, alternated ``repeats`` times on this
     machine; the ratio of the medians. Evaluation costs the same at both lengths, so the ratio is
-    under the ratio of steps (400 / 150)."""
+    under the ratio of steps (400 / 150 for the defaults)."""
     import torch
 
     from bench.frontier import STUDY, timed_trial
@@ -176,6 +177,18 @@ def measure_cost_ratio(short_steps: tuple[int, int], long_steps: tuple[int, int]
     return statistics.median(seconds[long_steps]) / statistics.median(seconds[short_steps])
 
 
+def trial_steps(text: str) -> tuple[int, int]:
+    """A trial's length as "gate steps+fine-tuning steps" ("100+300")."""
+    try:
+        gate, finetune = (int(part) for part in text.split("+"))
+    except ValueError:
+        expected = "expected gate+fine-tuning steps such as 100+300"
+        raise argparse.ArgumentTypeError(f"{expected}, got {text!r}") from None
+    if gate < 0 or finetune < 1:
+        raise argparse.ArgumentTypeError(f"steps must be >= 0 (gate) and >= 1 (fine-tuning), got {text!r}")
+    return gate, finetune
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--short", type=Path, nargs="+", help="runs at the short length")
@@ -188,14 +201,25 @@ def main() -> None:
     parser.add_argument(
         "--measure-cost-ratio",
         action="store_true",
-        help="measure it here (the dense control at 50 + 100 and 100 + 300 steps, alternated 3 times) "
-        "and stop",
+        help="measure it here (the dense control at the two lengths, alternated 3 times) and stop",
+    )
+    parser.add_argument(
+        "--short-steps",
+        type=trial_steps,
+        default=(50, 100),
+        help="the short length as gate + fine-tuning steps, for --measure-cost-ratio (default 50+100)",
+    )
+    parser.add_argument(
+        "--long-steps",
+        type=trial_steps,
+        default=(100, 300),
+        help="the long length, for --measure-cost-ratio (default 100+300: the default study's)",
     )
     parser.add_argument("--budget", type=float, help="cut every arm to this many short dense controls")
     parser.add_argument("--heads", type=int, default=32, help="the model's heads (the default study: 32)")
     args = parser.parse_args()
     if args.measure_cost_ratio:
-        ratio = measure_cost_ratio((50, 100), (100, 300), repeats=3)
+        ratio = measure_cost_ratio(args.short_steps, args.long_steps, repeats=3)
         print(f"cost ratio (median over median): {ratio:.3f}")
         print_json("trial_length_cost_ratio", {"cost_ratio": ratio})
         return

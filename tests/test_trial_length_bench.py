@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+import re
+
 import pytest
 
-from bench.trial_length import best_ratio, cut, gather, same_size_gains, sweep_pairs
+from bench.trial_length import best_ratio, cut, gather, same_size_gains, sweep_pairs, trial_steps
 
 HEADS = 8
 PARAMS = 1000
@@ -104,3 +107,11 @@ def test_same_size_gains_pair_the_long_sweeps_point_with_the_short_ones_of_its_h
     # the perplexities as measured (the same tokens), not over their dense controls
     assert gains["4-10"] == [pytest.approx(100 * (4.5 / 5.0 - 1))]
     assert gains["2"] == [pytest.approx(100 * (5.2 / 6.0 - 1))]
+
+
+def test_a_trial_length_is_read_as_gate_plus_fine_tuning_steps():
+    assert trial_steps("100+700") == (100, 700)
+    assert trial_steps("0+150") == (0, 150)
+    for bad in ("100", "100+", "a+b", "100+0", "-1+300"):
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad))):
+            trial_steps(bad)
