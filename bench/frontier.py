@@ -482,7 +482,9 @@ def machine_scale(reference_seconds: float, own_seconds: float) -> float:
     return 1.0 if abs(scale - 1) <= 0.03 else scale
 
 
-def merge_seeds(saved: list[dict], budget_minutes: float = math.inf) -> tuple[list[dict], float]:
+def merge_seeds(
+    saved: list[dict], budget_minutes: float = math.inf, same_machine: bool = False
+) -> tuple[list[dict], float]:
     """Saved runs as one, and the budget in minutes they are compared at: the arms of runs of
     the same seed side by side (from the same dense control, which is checked), the seeds in
     order.
@@ -498,7 +500,9 @@ def merge_seeds(saved: list[dict], budget_minutes: float = math.inf) -> tuple[li
     out a little apart (one dense trial is a noisy yardstick of a machine's speed) still compare
     at equal compute; at
     ``budget_minutes`` where that is smaller (a subset of the runs compared at the budget of a
-    larger merge)."""
+    larger merge). ``same_machine`` (``--same-machine``): the runs all ran on one machine, so CPU
+    seconds are compared as measured; there a dense control's time moves with the load beside it
+    (106-127 CPU-s for the same trial, two runs side by side), which is no machine's speed."""
     by_seed: dict[int, dict] = {}
     budgets: list[tuple[int, float]] = []  # (seed, a run's budget in the seconds of that seed's first run)
     for run in saved:
@@ -512,7 +516,9 @@ def merge_seeds(saved: list[dict], budget_minutes: float = math.inf) -> tuple[li
             twice = set(known["arms"]) & set(seed["arms"])
             if twice:
                 raise SystemExit(f"--merge: seed {seed['seed']} has arm(s) {', '.join(sorted(twice))} twice")
-            scale = machine_scale(known["dense"]["seconds"], seed["dense"]["seconds"])
+            scale = (
+                1.0 if same_machine else machine_scale(known["dense"]["seconds"], seed["dense"]["seconds"])
+            )
             if scale != 1.0:
                 print(
                     f"seed {seed['seed']}: {', '.join(seed['arms'])} ran where the dense control took "
@@ -531,7 +537,7 @@ def merge_seeds(saved: list[dict], budget_minutes: float = math.inf) -> tuple[li
     first = by_seed[saved[0]["seeds"][0]["seed"]]["dense"]["seconds"]
     factor = {}
     for number, seed in by_seed.items():
-        factor[number] = machine_scale(first, seed["dense"]["seconds"])
+        factor[number] = 1.0 if same_machine else machine_scale(first, seed["dense"]["seconds"])
         if factor[number] != 1.0:
             print(
                 f"seed {number}: its first run's dense control took {seed['dense']['seconds']:.0f} CPU-s "
@@ -633,13 +639,19 @@ def main() -> None:
         "them beside the same arms of another run",
     )
     parser.add_argument("--merge", type=Path, nargs="+", help="report saved runs together; run nothing")
+    parser.add_argument(
+        "--same-machine",
+        action="store_true",
+        help="with --merge: the runs all ran on this one machine; compare their CPU seconds as measured "
+        "instead of rescaling by their dense controls' times (which move with the load beside them)",
+    )
     args = parser.parse_args()
     if args.budget_minutes is not None and not args.budget_minutes > 0:
         parser.error(f"--budget-minutes must be above 0, got {args.budget_minutes}")
     if args.merge:
         saved = [read_saved(parser, path) for path in args.merge]
         merged, budget_minutes = merge_seeds(
-            saved, math.inf if args.budget_minutes is None else args.budget_minutes
+            saved, math.inf if args.budget_minutes is None else args.budget_minutes, args.same_machine
         )
         report(merged, budget_minutes, saved[0]["cpus_per_trial"])
         return

@@ -87,6 +87,17 @@ def test_runs_of_one_machine_are_not_rescaled_for_its_noise() -> None:
     assert [p["seconds"] for p in seed["arms"]["random"]] == [40.4, 41.0]
 
 
+def test_runs_said_to_share_a_machine_are_compared_as_measured() -> None:
+    # One machine under other load: the dense control took 20% longer in the second run.
+    here = saved_run(28.0, 40.0, "searched", [trial(4.4, 700, 40.0)])
+    loaded = saved_run(28.0, 48.0, "random", [trial(4.6, 700, 41.0)])
+    (seed,), budget_minutes = merge_seeds([here, loaded], same_machine=True)
+    assert budget_minutes == 28.0
+    assert [p["seconds"] for p in seed["arms"]["random"]] == [48.0, 41.0]
+    (seed,), _ = merge_seeds([here, loaded])  # without it: read as a slower machine, rescaled
+    assert [p["seconds"] for p in seed["arms"]["random"]] == pytest.approx([40.0, 41.0 / 1.2])
+
+
 def test_arms_are_cut_to_the_smallest_budget_as_a_run_would_end() -> None:
     # 3 minutes here against 2 minutes' worth (in dense trials) from a machine twice as slow.
     here = saved_run(
