@@ -13,8 +13,9 @@ shows what each arm used. Seeds side by side, e.g. on 2 cores:
     python -m bench.frontier --merge f0.json f1.json f2.json   # runs of other arms too
 
 Runs of other arms merge also from a machine of another speed, their budgets being equal in
-trials of the dense control (``merge_seeds``), and runs with other settings (``--set``) with
-``--label NAME``: their arms are ARM:NAME, beside the default run's ARM.
+trials of the dense control (``merge_seeds``; ``--same-machine`` where they all ran on one, whose
+dense controls then differ only by the load beside them), and runs with other settings (``--set``)
+with ``--label NAME``: their arms are ARM:NAME, beside the default run's ARM.
 
 The arms:
 
