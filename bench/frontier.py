@@ -504,6 +504,7 @@ def merge_seeds(
     larger merge). ``same_machine`` (``--same-machine``): the runs all ran on one machine, so CPU
     seconds are compared as measured; there a dense control's time moves with the load beside it
     (106-127 CPU-s for the same trial, two runs side by side), which is no machine's speed."""
+    speed_ratio = (lambda reference, own: 1.0) if same_machine else machine_scale
     by_seed: dict[int, dict] = {}
     budgets: list[tuple[int, float]] = []  # (seed, a run's budget in the seconds of that seed's first run)
     for run in saved:
@@ -517,9 +518,7 @@ def merge_seeds(
             twice = set(known["arms"]) & set(seed["arms"])
             if twice:
                 raise SystemExit(f"--merge: seed {seed['seed']} has arm(s) {', '.join(sorted(twice))} twice")
-            scale = (
-                1.0 if same_machine else machine_scale(known["dense"]["seconds"], seed["dense"]["seconds"])
-            )
+            scale = speed_ratio(known["dense"]["seconds"], seed["dense"]["seconds"])
             if scale != 1.0:
                 print(
                     f"seed {seed['seed']}: {', '.join(seed['arms'])} ran where the dense control took "
@@ -538,7 +537,7 @@ def merge_seeds(
     first = by_seed[saved[0]["seeds"][0]["seed"]]["dense"]["seconds"]
     factor = {}
     for number, seed in by_seed.items():
-        factor[number] = 1.0 if same_machine else machine_scale(first, seed["dense"]["seconds"])
+        factor[number] = speed_ratio(first, seed["dense"]["seconds"])
         if factor[number] != 1.0:
             print(
                 f"seed {number}: its first run's dense control took {seed['dense']['seconds']:.0f} CPU-s "
