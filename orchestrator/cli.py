@@ -223,7 +223,7 @@ def _export(args: argparse.Namespace) -> int:
     from orchestrator.export import study_table, to_json, write_table
     from orchestrator.preflight import check_not_an_input, check_writable_file
     from orchestrator.report import check_plot_format, plot_front, plot_paths
-    from orchestrator.storage import resolve_url, sqlite_database
+    from orchestrator.storage import sqlite_database
 
     suffix = args.output.suffix.lower().lstrip(".") if args.output else ""
     if args.format and suffix in ("csv", "json") and suffix != args.format:
@@ -232,8 +232,9 @@ def _export(args: argparse.Namespace) -> int:
             "or drop --format"
         )
     fmt = args.format or ("json" if suffix == "json" else "csv")
+    store, study = _open_study(args)  # reads only
     # Every file it will write, checked before the first is: none may be the database it reads.
-    database = {"SQLite database": sqlite_database(resolve_url(args.storage, args.study_name))}
+    database = {"SQLite database": sqlite_database(store.url)}
     targets = [("--output", args.output)] if args.output else []
     if args.plot:
         check_plot_format(args.plot)
@@ -244,7 +245,6 @@ def _export(args: argparse.Namespace) -> int:
         for other, earlier in targets[:i]:
             if path.resolve() == earlier.resolve():
                 raise UserError(f"{what} writes {path}, which {other} names too: choose another file")
-    store, study = _open_study(args)
     frame = study_table(store, study, everything=args.all)
     if args.output:  # the data in the file; what was written, on stderr like every other note
         print(write_table(frame, args.output, fmt), file=sys.stderr)
@@ -273,10 +273,10 @@ def _export_model(args: argparse.Namespace) -> int:
     from optuna.trial import TrialState
 
     from orchestrator.preflight import check_not_an_input, check_writable_folder
-    from orchestrator.storage import resolve_url, sqlite_database
+    from orchestrator.storage import sqlite_database
     from trainers.export import CorruptModel, UnverifiedModel, load_model, read_config
 
-    _, study = _open_study(args)
+    store, study = _open_study(args)
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     trial = trials.get(args.trial)
     if trial is None:
@@ -296,8 +296,8 @@ def _export_model(args: argparse.Namespace) -> int:
         model, tokenizer = load_model(source, verify=False)
     except CorruptModel as err:
         raise UserError(f"trial {args.trial}'s model cannot be exported: {err}") from None
-    # Model folders are named by study and trial number: a study of the same name in another
-    # database, run with the same --artifacts, writes its trial N there too.
+    # A study made before model folders took a suffix of their own (storage.models_folder) shares
+    # its folder with any study of its name run with the same --artifacts: check it is this trial's.
     saved = read_config(source, verify=False).get("val_perplexity")
     if saved is not None and not math.isclose(saved, trial.values[0], rel_tol=1e-9):
         raise UserError(
@@ -305,7 +305,7 @@ def _export_model(args: argparse.Namespace) -> int:
             f"trial's {trial.values[0]:.4f}): a study of this name elsewhere wrote it since"
         )
     output = args.output.resolve()
-    database = sqlite_database(resolve_url(args.storage, args.study_name))
+    database = sqlite_database(store.url)
     check_not_an_input("--output", output, {"study's database": database, "trial's own folder": source})
     # the export is staged beside the folder, then renamed into place: its parent must be writable
     check_writable_folder("--output", output.parent, shown=args.output)

@@ -152,7 +152,7 @@ class StudyDriver:
         self.gap_fill_every = gap_fill_every  # then every N-th fills the front's widest gap
         self.proposer = proposer  # and the others, if given, take its point ([study] sampler gp, nsga2)
         self.on_finished = on_finished
-        self.models_dir = models_dir  # <artifacts>/trials/<study>: one folder per trial number
+        self.models_dir = models_dir  # <artifacts>/trials/<storage.models_folder>: a folder per trial
         finished = study.get_trials(deepcopy=False, states=FINISHED)
         self.n_finished = len(finished)  # COMPLETE and PRUNED: what --n-trials counts, as Optuna's optimize
         # With a budget of trial CPU seconds (benchmarks at equal compute), no trial starts once

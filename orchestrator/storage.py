@@ -34,6 +34,7 @@ from orchestrator.records import OBJECTIVES, RESULT_COLUMNS, TrialRecord
 
 DIRECTIONS = (optuna.study.StudyDirection.MINIMIZE, optuna.study.StudyDirection.MINIMIZE)
 STORAGE_ENV = "HEADPRUNE_STORAGE"
+MODELS_FOLDER_KEY = "models_folder"  # the study's user attribute (models_folder)
 
 
 class Base(DeclarativeBase):
@@ -338,7 +339,17 @@ def create_or_load_study(store: StudyStore, name: str, sampler: optuna.samplers.
     with warnings.catch_warnings():  # set_metric_names is "experimental" since Optuna 3.2
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names(list(OBJECTIVES))
+    study.set_user_attr(MODELS_FOLDER_KEY, f"{name}-{uuid.uuid4().hex[:8]}")
     return study
+
+
+def models_folder(study: optuna.Study) -> str:
+    """The folder under ``<artifacts>/trials`` that holds this study's trial models, one
+    subfolder per trial number. Its name is the study's with a suffix drawn when the study was
+    created: a study of the same name in another database, run with the same ``--artifacts``,
+    would otherwise write its trial N over this one's. A study created before December 2026 has
+    no suffix and keeps the folder its trials already use."""
+    return study.user_attrs.get(MODELS_FOLDER_KEY, study.study_name)
 
 
 def load_existing_study(store: StudyStore, name: str) -> optuna.Study:

@@ -35,7 +35,7 @@ from helpers import (
     ray_processes,
 )
 
-from orchestrator.storage import open_store, read_frontier
+from orchestrator.storage import models_folder, open_store, read_frontier
 from trainers.data import Corpus, eval_windows
 from trainers.export import generate, load_model
 from trainers.gates import heads_to_keep
@@ -152,6 +152,14 @@ def test_stored_parameter_count_is_the_saved_models(smoke):
         assert sum(unique.values()) == t.values[1]
         assert sum(unique.values()) - embeddings == t.user_attrs["n_params_nonembed"]
         assert model.cfg.layer_heads == tuple(heads(t))
+
+
+def test_trial_models_stay_in_the_studys_own_folder_across_a_resume(smoke):
+    folder = (smoke["work"] / "runs" / "artifacts" / "trials" / models_folder(smoke["study"])).resolve()
+    complete = smoke["study"].get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    saved = [(smoke["work"] / t.user_attrs["model_dir"]).resolve() for t in complete]
+    assert folder.name.startswith("smoke-") and len(saved) == 4  # 3 from the first run, 1 resumed
+    assert all(path.parent == folder and (path / "model.safetensors").is_file() for path in saved)
 
 
 def test_second_run_reuses_the_dense_checkpoint(smoke):

@@ -35,6 +35,7 @@ from orchestrator.storage import (
     create_or_load_study,
     fail_orphaned_trials,
     hold_lease,
+    models_folder,
     open_store,
     read_frontier,
     redact,
@@ -96,6 +97,23 @@ def test_orphaned_running_trials_are_failed(store, study):
         optuna.trial.TrialState.WAITING,
     ]
     assert study.get_trials()[2].user_attrs == {"retry_of": 0}
+
+
+def test_studies_of_one_name_in_two_databases_keep_their_models_apart(store, study, tmp_path):
+    other = open_store(f"sqlite:///{tmp_path}/other.db")
+    namesake = create_or_load_study(other, study.study_name, optuna.samplers.RandomSampler(seed=0))
+    ours = models_folder(study)
+    assert ours.startswith(f"{study.study_name}-") and models_folder(namesake) != ours
+    # decided when the study was made: loading it again (a resumed run) finds the same folder
+    again = create_or_load_study(store, study.study_name, optuna.samplers.RandomSampler(seed=1))
+    assert models_folder(again) == ours
+
+
+def test_a_study_made_before_the_folder_suffix_keeps_its_folder(tmp_path):
+    url = f"sqlite:///{tmp_path}/old.db"
+    optuna.create_study(study_name="old", storage=url, directions=["minimize", "minimize"])
+    loaded = create_or_load_study(open_store(url), "old", optuna.samplers.RandomSampler(seed=0))
+    assert models_folder(loaded) == "old"
 
 
 def test_tables_are_created_idempotently(store):
