@@ -332,15 +332,22 @@ def check_objectives(store: StudyStore, name: str) -> None:
 def create_or_load_study(store: StudyStore, name: str, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
     if study_exists(store, name):
         check_objectives(store, name)
-        return optuna.load_study(study_name=name, storage=store.storage, sampler=sampler)
+        study = optuna.load_study(study_name=name, storage=store.storage, sampler=sampler)
+        if MODELS_FOLDER_KEY not in study.user_attrs and not study.get_trials(deepcopy=False):
+            _draw_models_folder(study)  # made by a run stopped before it drew one
+        return study
     study = optuna.create_study(
         storage=store.storage, study_name=name, directions=["minimize", "minimize"], sampler=sampler
     )
     with warnings.catch_warnings():  # set_metric_names is "experimental" since Optuna 3.2
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names(list(OBJECTIVES))
-    study.set_user_attr(MODELS_FOLDER_KEY, f"{name}-{uuid.uuid4().hex[:8]}")
+    _draw_models_folder(study)
     return study
+
+
+def _draw_models_folder(study: optuna.Study) -> None:
+    study.set_user_attr(MODELS_FOLDER_KEY, f"{study.study_name}-{uuid.uuid4().hex[:8]}")
 
 
 def models_folder(study: optuna.Study) -> str:

@@ -111,9 +111,14 @@ def test_studies_of_one_name_in_two_databases_keep_their_models_apart(store, stu
 
 def test_a_study_made_before_the_folder_suffix_keeps_its_folder(tmp_path):
     url = f"sqlite:///{tmp_path}/old.db"
-    optuna.create_study(study_name="old", storage=url, directions=["minimize", "minimize"])
+    old = optuna.create_study(study_name="old", storage=url, directions=["minimize", "minimize"])
+    old.tell(old.ask(), [5.0, 100])  # its trials' models are in trials/old already
     loaded = create_or_load_study(open_store(url), "old", optuna.samplers.RandomSampler(seed=0))
     assert models_folder(loaded) == "old"
+    # one made but stopped before it drew its suffix, and before any trial: drawn on loading
+    optuna.create_study(study_name="new", storage=url, directions=["minimize", "minimize"])
+    loaded = create_or_load_study(open_store(url), "new", optuna.samplers.RandomSampler(seed=0))
+    assert models_folder(loaded).startswith("new-")
 
 
 def test_tables_are_created_idempotently(store):
