@@ -34,7 +34,7 @@ from orchestrator.records import OBJECTIVES, RESULT_COLUMNS, TrialRecord
 
 DIRECTIONS = (optuna.study.StudyDirection.MINIMIZE, optuna.study.StudyDirection.MINIMIZE)
 STORAGE_ENV = "HEADPRUNE_STORAGE"
-MODELS_FOLDER_KEY = "models_folder"  # the study's user attribute (models_folder)
+MODELS_FOLDER_KEY = "models_folder"  # the study user attribute that names it (models_folder below)
 
 
 class Base(DeclarativeBase):
