@@ -288,12 +288,14 @@ def _export_model(args: argparse.Namespace) -> int:
     if source is None or not source.is_dir():
         raise UserError(f"trial {args.trial}'s model is not on this machine (looked in {recorded or '-'})")
     try:
-        model, tokenizer = load_model(source)  # checksums, then the weights themselves
-    except UnverifiedModel:  # a trial of an earlier version: exported, with a word about it
-        print(
-            f"launch-study: warning: trial {args.trial}'s model has no checksums to verify", file=sys.stderr
-        )
-        model, tokenizer = load_model(source, verify=False)
+        try:
+            model, tokenizer = load_model(source)  # checksums, then the weights themselves
+        except UnverifiedModel:  # a trial of an earlier version: exported, with a word about it
+            print(
+                f"launch-study: warning: trial {args.trial}'s model has no checksums to verify",
+                file=sys.stderr,
+            )
+            model, tokenizer = load_model(source, verify=False)  # its weights may still be broken
     except CorruptModel as err:
         raise UserError(f"trial {args.trial}'s model cannot be exported: {err}") from None
     # A study made before model folders took a suffix of their own (storage.models_folder) shares

@@ -165,6 +165,27 @@ def test_a_model_of_an_earlier_version_exports_with_a_warning(tmp_path):
     assert tokenizer.vocab == VOCAB_12.vocab
 
 
+@pytest.mark.parametrize("damage", ["truncated", "missing"])
+def test_a_model_of_an_earlier_version_with_broken_weights_is_one_line(tmp_path, damage):
+    """Without checksums nothing vouches for the weights: loading them is the check."""
+    save_model(tiny_model(), VOCAB_12, tmp_path / "trial0")
+    config = json.loads((tmp_path / "trial0" / CONFIG).read_text())
+    del config["sha256"]
+    (tmp_path / "trial0" / CONFIG).write_text(json.dumps(config))
+    weights = tmp_path / "trial0" / WEIGHTS
+    if damage == "truncated":
+        weights.write_bytes(weights.read_bytes()[:100])
+    else:
+        weights.unlink()
+    run = export_trial_model(tmp_path)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    *warning, error = run.stderr.strip().splitlines()
+    assert warning == ["launch-study: warning: trial 0's model has no checksums to verify"]
+    assert error.startswith("launch-study: error: trial 0's model cannot be exported: ")
+    assert "not a model of this format" in error
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("where", ["/proc/m", "{tmp}/s.db/m"])
 def test_a_folder_that_cannot_be_written_is_one_line_before_anything_is_copied(tmp_path, where):
     save_model(tiny_model(), VOCAB_12, tmp_path / "trial0")

@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from trainers.families import PrunableModel, build_model, config_from_dict
@@ -92,6 +93,8 @@ def read_config(folder: str | Path, verify: bool = True) -> dict:
     if digests is None and not verify:
         return config
     if not isinstance(digests, dict) or WEIGHTS not in digests:
+        if not verify:
+            return config
         raise UnverifiedModel(f"{folder / CONFIG} records no checksums (written before they were)")
     for name, expected in digests.items():
         if not (folder / name).is_file():
@@ -117,6 +120,7 @@ def load_model(
         ValueError,
         RuntimeError,
         OSError,
+        SafetensorError,  # weights not in the safetensors format (unchecked: a folder without checksums)
     ) as err:  # checksums fine, content not ours
         raise CorruptModel(f"{folder}: not a model of this format ({err})") from None
     return model.to(device).eval(), tokenizer
