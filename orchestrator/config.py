@@ -183,14 +183,24 @@ def load_study_config(path: str | Path, overrides: list[str] = ()) -> StudyConfi
         if not isinstance(raw[section], dict):
             raise UserError(f"{path}: [{section}] must be a table")
         raw[section][key] = value
-        overridden[f"[{section}] {key}"] = item
+        overridden[item] = _mentions(section, key)
     try:
         return config_from_raw(path, raw)
     except UserError as err:  # a value --set gave is not the file's: say where it came from
-        given = [item for named, item in overridden.items() if re.search(rf"{re.escape(named)}\b", str(err))]
+        given = [item for item, mention in overridden.items() if mention.search(str(err))]
         if given:
             raise UserError(f"{err} (given by --set {given[0]})") from None
         raise
+
+
+def _mentions(section: str, key: str) -> re.Pattern:
+    """How config_from_raw's messages name a --set key: "[trial] prune_steps ..." for a bad
+    value, "[trial]: unknown key 'prune_step'" (or hyperparameter) for a misspelt key, "unknown
+    section [traial]" for a misspelt section."""
+    s, k = re.escape(section), re.escape(key)
+    return re.compile(
+        rf"\[{s}\] {k}\b|\[{s}\]: unknown (key|hyperparameter) {re.escape(repr(key))}|unknown section \[{s}\]"
+    )
 
 
 def config_from_raw(path: Path, raw: dict[str, Any]) -> StudyConfig:

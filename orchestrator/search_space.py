@@ -394,8 +394,12 @@ def _range(at: str, table: dict, spec: dict) -> Range:
     if log and low <= 0:
         raise UserError(f"{at}: a log range needs low > 0")
     step = table.get("step")
-    if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float)) or step <= 0):
+    if step is not None and (
+        isinstance(step, bool) or not isinstance(step, (int, float)) or not 0 < step < math.inf  # nan too
+    ):
         raise UserError(f"{at}: step must be a positive number")
+    if step is not None and step > high - low:
+        raise UserError(f"{at}: step {step:g} is wider than the range ({high - low:g})")
     if step is not None and kind is int and not float(step).is_integer():
         raise UserError(f"{at}: the step of an integer range must be a whole number")
     if step is not None and log and not (kind is int and step == 1):

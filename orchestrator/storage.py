@@ -207,24 +207,35 @@ def _connect(url: str, create: bool) -> tuple[sa.Engine, dict[str, Any], bool]:
     except ArgumentError as err:
         raise UserError(f"malformed database URL ({err})") from None
     sqlite = parsed.get_backend_name() == "sqlite"
+    engine, engine_kwargs = _engine(url, sqlite)
     database = sqlite_database(url)
     if database:
         if not create and not Path(database).is_file():
             raise UserError(f"no database at {database} (the study's --storage?)")
         Path(database).parent.mkdir(parents=True, exist_ok=True)
-    engine_kwargs: dict[str, Any] = {"connect_args": {"timeout": 60}} if sqlite else {"pool_pre_ping": True}
     try:
-        engine = sa.create_engine(url, **engine_kwargs)
         with engine.connect() as conn:
             if sqlite and create:  # WAL (kept in the file): the dashboard reads while the driver writes
                 conn.exec_driver_sql("PRAGMA journal_mode=WAL")
         has_optuna_tables = sa.inspect(engine).has_table("studies")  # an SQLite file's header is read here
-    except (NoSuchModuleError, ModuleNotFoundError) as err:
-        raise UserError(f"database URL {redact(url)}: driver not installed ({err})") from None
     except SQLAlchemyError as err:
         reason = scrub(str(getattr(err, "orig", err)).strip().splitlines()[0], url)
         raise UserError(f"cannot connect to database {redact(url)}: {reason}") from None
     return engine, engine_kwargs, has_optuna_tables
+
+
+def _engine(url: str, sqlite: bool) -> tuple[sa.Engine, dict[str, Any]]:
+    """An engine on ``url`` and its keyword arguments, not yet connected: the driver is loaded and
+    the URL's query options are read (``?timeout=abc`` is refused here), nothing touches the disk
+    or the server."""
+    engine_kwargs: dict[str, Any] = {"connect_args": {"timeout": 60}} if sqlite else {"pool_pre_ping": True}
+    try:
+        return sa.create_engine(url, **engine_kwargs), engine_kwargs
+    except (NoSuchModuleError, ModuleNotFoundError) as err:
+        raise UserError(f"database URL {redact(url)}: driver not installed ({err})") from None
+    except (ArgumentError, TypeError, ValueError) as err:  # a query option the driver cannot take
+        reason = scrub(str(err).strip().splitlines()[0], url)
+        raise UserError(f"database URL {redact(url)}: bad option ({reason})") from None
 
 
 def _optuna_storage(url: str, engine_kwargs: dict[str, Any], create: bool) -> optuna.storages.RDBStorage:
@@ -261,6 +272,7 @@ def check_store(url: str, study_name: str) -> None:
     not there yet is left to ``open_store`` to make."""
     database = sqlite_database(url)
     if database and not Path(database).exists():
+        _engine(url, sqlite=True)[0].dispose()  # its options, read without making the file
         return
     engine, engine_kwargs, has_optuna_tables = _connect(url, create=False)
     storage = None
@@ -316,16 +328,19 @@ def study_exists(store: StudyStore, name: str) -> bool:
     return True
 
 
-def check_objectives(store: StudyStore, name: str) -> None:
-    """An existing study of this name must have our two objectives, both minimised."""
+def check_objectives(store: StudyStore, name: str, *, to_run: bool = True) -> None:
+    """An existing study of this name must have our two objectives, both minimised: a run must
+    not add trials to another tool's study, and status or export cannot read one."""
     study_id = store.storage.get_study_id_from_name(name)
     directions = tuple(store.storage.get_study_directions(study_id))
     names = optuna.load_study(study_name=name, storage=store.storage).metric_names
     if directions != DIRECTIONS or (names is not None and tuple(names) != OBJECTIVES):
         shown = ", ".join(names or [d.name.lower() for d in directions])
+        what = "already exists" if to_run else "is not headprune's"
         raise UserError(
-            f"study {name!r} already exists in {store.safe_url} with other objectives ({shown}); "
-            f"expected {', '.join(OBJECTIVES)} (both minimised): choose another --study-name"
+            f"study {name!r} {what} in {store.safe_url}, with other objectives ({shown}); "
+            f"expected {', '.join(OBJECTIVES)} (both minimised)"
+            + (": choose another --study-name" if to_run else "")
         )
 
 
@@ -362,6 +377,7 @@ def models_folder(study: optuna.Study) -> str:
 def load_existing_study(store: StudyStore, name: str) -> optuna.Study:
     if not study_exists(store, name):
         raise UserError(f"no study named {name!r} in {store.safe_url}")
+    check_objectives(store, name, to_run=False)
     return optuna.load_study(study_name=name, storage=store.storage)
 
 

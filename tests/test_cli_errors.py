@@ -71,6 +71,12 @@ CASES = {
     ),
     "heads do not divide width": ({"d_model = 32": "d_model = 30"}, [], ["d_model 30", "n_head 4"]),
     "missing corpus": ({}, [], ["corpus file not found"]),
+    # a file that cannot be read, whoever runs the tests (as root, a chmod would not stop it)
+    "unreadable corpus": (
+        {f'path = "{CORPUS}"': 'path = "/proc/self/mem"'},
+        [],
+        ["[corpus] corpus file cannot be read: /proc/self/mem (Input/output error)"],
+    ),
     "corpus shorter than a block": ({}, [], ["fewer than one block"]),
     "empty corpus": ({}, [], ["corpus file is empty"]),
     "corpus not utf-8": ({}, [], ["not UTF-8"]),
@@ -79,6 +85,21 @@ CASES = {
         None,
         ["--set", "trial.prune_steps=-1"],
         ["[trial] prune_steps", "(given by --set trial.prune_steps=-1)"],
+    ),
+    "misspelt key of an override": (
+        None,
+        ["--set", "trial.prune_step=5"],
+        ["[trial]: unknown key 'prune_step'", "(given by --set trial.prune_step=5)"],
+    ),
+    "misspelt hyperparameter of an override": (
+        None,
+        ["--set", "search.learning_rate=1e-3"],
+        ["unknown hyperparameter 'learning_rate'", "(given by --set search.learning_rate=1e-3)"],
+    ),
+    "misspelt section of an override": (
+        None,
+        ["--set", "traial.prune_steps=5"],
+        ["unknown section [traial]", "(given by --set traial.prune_steps=5)"],
     ),
     "zero n-trials flag": (None, ["--n-trials", "0"], ["--n-trials must be at least 1"]),
     "unreachable database": (
@@ -107,8 +128,18 @@ CASES = {
     "lease beyond a day": (None, ["--set", "study.lease_seconds=1e300"], ["[study] lease_seconds"]),
     "range not a whole number of steps": (
         None,
-        ["--set", "search.lr={low=1e-3,high=1e-2,step=0.5}"],
-        ["[search] lr", "whole number of steps of 0.5"],
+        ["--set", "search.lr={low=1e-3,high=1e-2,step=0.004}"],
+        ["[search] lr", "whole number of steps of 0.004"],
+    ),
+    "range with a step of nan": (
+        None,
+        ["--set", "search.lr={low=1e-3,high=1e-2,step=nan}"],
+        ["[search] lr", "step must be a positive number"],
+    ),
+    "range with a step wider than itself": (
+        None,
+        ["--set", "search.lr={low=1e-3,high=1e-2,step=1e6}"],
+        ["[search] lr", "step 1e+06 is wider than the range"],
     ),
     "integer range with a fractional step": (
         None,
@@ -235,6 +266,18 @@ def test_existing_study_with_other_objectives_is_refused_untouched(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("command", ["status", "export"])
+def test_reading_a_study_of_another_tool_is_a_user_error(command, tmp_path):
+    url = f"sqlite:///{tmp_path}/other.db"
+    other = optuna.create_study(study_name="theirs", storage=url, directions=["maximize"])
+    other.add_trial(optuna.trial.create_trial(value=1.0))
+    before = (tmp_path / "other.db").read_bytes()
+    run = cli_in_process(command, "--storage", url, "--study-name", "theirs", cwd=tmp_path)
+    assert_user_error(run, "study 'theirs' is not headprune's", "other objectives (maximize)")
+    assert (tmp_path / "other.db").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]  # no CSV
+
+
 def test_export_of_a_missing_study_is_a_user_error(tmp_path):
     url = f"sqlite:///{tmp_path}/empty.db"
     optuna.create_study(study_name="there", storage=url)
@@ -301,6 +344,8 @@ def test_preflight_refuses_before_writing(case, tmp_path):
     "url, fragment",
     [
         ("sqlite:////proc/x/study.db", "SQLite database /proc/x/study.db cannot be written"),
+        # an option the driver cannot take: refused before runs/ (the file's folder) is made
+        ("sqlite:///runs/study.db?timeout=abc", "bad option (could not convert string to float: 'abc')"),
         ("postgresql+psycopg://u@127.0.0.1:abc/db", "malformed database URL (its port is not a number)"),
         ("postgresql+psycopg://u:se@cret@127.0.0.1:1/db", "an '@' in the user name or password must be"),
         ("postgresql+psycopg://u:se@cr/et@127.0.0.1:1/db", "an '@' in the user name or password must be"),

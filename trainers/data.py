@@ -25,6 +25,8 @@ def _read_text(path: Path) -> str:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
         raise CorpusError(f"corpus file is not UTF-8 text: {path} (byte {err.start})") from None
+    except OSError as err:  # no permission, a disk error: the corpus, not the cache
+        raise CorpusError(f"corpus file cannot be read: {path} ({err.strerror or err})") from None
     if not text:
         raise CorpusError(f"corpus file is empty: {path}")
     return text
