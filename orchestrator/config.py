@@ -41,6 +41,7 @@ MODEL_SPECS: dict[str, dict] = {
 HF_ONLY = ("path", "architecture", "n_kv_head")
 BUILT_IN_ONLY = ("n_persistent",)
 SIZES = ("n_layer", "n_head", "d_model")
+MAX_HEADS = 65536  # attention heads in a model built from sizes (Llama 3.1 405B has 126 x 128)
 
 
 @dataclass(frozen=True)
@@ -265,6 +266,12 @@ def _check_model(path: Path, table: Any, corpus: dict[str, Any]) -> dict[str, An
         if given := [k for k in HF_ONLY if k in table]:
             raise UserError(f"{where} {given[0]} applies to family = 'hf' only")
     if not model["path"]:
+        heads = model["n_layer"] * model["n_head"]
+        if heads > MAX_HEADS:  # [n_head] * n_layer is listed and scanned: refused before it is built
+            raise UserError(
+                f"{where} n_layer x n_head is {heads:,} heads; at most {MAX_HEADS:,} (4x the largest "
+                "open models')"
+            )
         if model["d_model"] % model["n_head"]:
             raise UserError(
                 f"{where} d_model {model['d_model']} is not divisible by n_head {model['n_head']}"

@@ -69,6 +69,12 @@ CASES = {
         [],
         ["method", "'magic'", "l0_target"],
     ),
+    # refused before [n_head] * n_layer is listed (a MemoryError) or its sizes scanned (hours)
+    "too many heads": (
+        {"n_layer = 2": "n_layer = 9223372036854775807"},
+        [],
+        ["[model] n_layer x n_head", "at most 65,536"],
+    ),
     "heads do not divide width": ({"d_model = 32": "d_model = 30"}, [], ["d_model 30", "n_head 4"]),
     "missing corpus": ({}, [], ["corpus file not found"]),
     # a file that cannot be read, whoever runs the tests (as root, a chmod would not stop it)
