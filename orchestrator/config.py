@@ -103,7 +103,7 @@ class CorpusSettings:
     path: str = bounded("", kind=str)
     train_path: str = bounded("", kind=str)
     val_path: str = bounded("", kind=str)
-    val_fraction: float = bounded(0.1, 0.0, 1.0, high_open=True)
+    val_fraction: float = bounded(0.1, 0.0, 1.0, low_open=True, high_open=True)  # 0: nothing validates
     tokenizer: str = choice("char", KINDS, doc="char; bpe (trained on the training split); model (beside it)")
     vocab_size: int = bounded(1024, 257, doc="the BPE tokenizer's vocabulary (256 bytes + merges)")
 

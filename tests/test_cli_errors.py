@@ -120,6 +120,12 @@ CASES = {
         ["--set", "corpus.tokenizer=bpe", "--storage", "not a url"],
         ["malformed database URL"],
     ),
+    # refused before a BPE tokenizer is trained and cached on the whole text
+    "no validation text": (
+        None,
+        ["--set", "corpus.tokenizer=bpe", "--set", "corpus.val_fraction=0.0"],
+        ["[corpus] val_fraction", "(given by --set corpus.val_fraction=0.0)"],
+    ),
     "corpus path and train_path": (
         None,
         ["--set", "corpus.train_path=other.txt"],
