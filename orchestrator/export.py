@@ -16,6 +16,7 @@ from orchestrator.errors import UserError
 from orchestrator.frontier import pareto_front
 from orchestrator.records import RESULT_COLUMNS, TrialRecord, measured_elsewhere
 from orchestrator.storage import ReplicateResult, StudyStore, complete_trials, read_frontier, read_replicates
+from trainers.atomic import write_atomically
 
 
 def study_table(store: StudyStore, study: optuna.Study, everything: bool = False) -> pd.DataFrame:
@@ -110,12 +111,14 @@ def trials_over_seeds(trials: list[FrozenTrial], replicates: Replicated) -> pd.D
 
 
 def write_table(frame: pd.DataFrame, output: Path, fmt: str = "csv") -> Path:
+    """The table at ``output``, written whole or not at all: a run killed while it writes
+    leaves the previous export, not a shorter CSV that reads as a smaller front."""
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "json":
-        output.write_text(to_json(frame))
+        write_atomically(output, lambda tmp: tmp.write_text(to_json(frame)))
     else:
-        frame.to_csv(output, index=False)
+        write_atomically(output, lambda tmp: frame.to_csv(tmp, index=False))
     return output
 
 

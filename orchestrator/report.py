@@ -15,6 +15,7 @@ from orchestrator.errors import UserError
 from orchestrator.export import Replicated, trials_over_seeds
 from orchestrator.frontier import hypervolume, pareto_front
 from orchestrator.records import TrialRecord, dense_control
+from trainers.atomic import write_atomically
 
 SPARSITY_BANDS = ((0.0, 0.0), (0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))
 
@@ -332,10 +333,15 @@ def plot_front(study: optuna.Study, output: Path) -> list[Path]:
     output.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     front_path, heads = plot_paths(output)
-    fig.savefig(front_path)
+    save_figure(fig, front_path)
     plt.close(fig)
     _plot_head_maps(front, heads, plt, study.user_attrs.get("config", {}).get("model", {}).get("n_head"))
     return [front_path, heads]
+
+
+def save_figure(fig, output: Path) -> None:
+    """The figure at ``output`` in the format its suffix names, written whole or not at all."""
+    write_atomically(output, lambda tmp: fig.savefig(tmp, format=Path(output).suffix.lstrip(".") or "png"))
 
 
 def _plot_head_maps(front: list[FrozenTrial], output: Path, plt, n_head: int | None) -> None:
@@ -359,5 +365,5 @@ def _plot_head_maps(front: list[FrozenTrial], output: Path, plt, n_head: int | N
         ax.tick_params(labelsize=6)
     fig.suptitle("heads kept (dark) per layer, front trials", fontsize=9)
     fig.tight_layout()
-    fig.savefig(output)
+    save_figure(fig, output)
     plt.close(fig)

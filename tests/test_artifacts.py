@@ -12,6 +12,7 @@ import pytest
 import torch
 from helpers import cli_in_process
 
+from trainers.atomic import write_atomically
 from trainers.data import Corpus
 from trainers.export import CONFIG, WEIGHTS, CorruptModel, load_model, read_config, save_model
 from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams
@@ -163,6 +164,23 @@ def test_a_model_of_an_earlier_version_exports_with_a_warning(tmp_path):
     assert run.stderr.strip() == "launch-study: warning: trial 0's model has no checksums to verify"
     model, tokenizer = load_model(tmp_path / "out", verify=False)
     assert tokenizer.vocab == VOCAB_12.vocab
+
+
+def test_a_write_that_fails_midway_leaves_the_old_file_whole(tmp_path):
+    """What every cache, model file and export goes through (a SIGKILL mid-write is the same)."""
+    target = tmp_path / "front.csv"
+    target.write_text("trial_number\n0\n1\n")
+
+    def half(tmp):
+        tmp.write_text("trial_number\n0\n")
+        raise OSError("No space left on device")
+
+    with pytest.raises(OSError):
+        write_atomically(target, half)
+    assert target.read_text() == "trial_number\n0\n1\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["front.csv"]  # no temporary file left
+    write_atomically(target, lambda tmp: tmp.write_text("new"))
+    assert target.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["front.csv"]
 
 
 @pytest.mark.parametrize("damage", ["truncated", "missing"])

@@ -8,6 +8,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -256,6 +257,25 @@ def test_the_models_tokenizer_saved_beside_a_model_comes_back_the_same(tmp_path,
     loaded = load_tokenizer(tmp_path)
     assert isinstance(loaded, ModelTokenizer) and loaded.digest == tokenizer.digest
     assert loaded.encode("To be, or not") == tokenizer.encode("To be, or not")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "model without its vocabulary", "unknown model"])
+def test_a_models_broken_tokenizer_file_is_a_one_line_error(tmp_path, user_model_folder, damage):
+    """A tokenizer.json that parses as JSON but not as a tokenizer: the tokenizers library
+    refuses it with a bare Exception."""
+    shutil.copytree(user_model_folder, tmp_path / "m")
+    file = tmp_path / "m" / "tokenizer.json"
+    saved = json.loads(file.read_text())
+    file.write_text(
+        {
+            "truncated": file.read_text()[:500],
+            "model without its vocabulary": json.dumps({**saved, "model": {"type": "BPE"}}),
+            "unknown model": json.dumps({**saved, "model": {"type": "Nope"}}),
+        }[damage]
+    )
+    with pytest.raises(TokenizerError) as err:
+        build_tokenizer("model", "text", model_path=tmp_path / "m")
+    assert str(tmp_path / "m") in str(err.value) and "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("missing", ["does/not/exist", "empty"])

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from trainers.atomic import write_atomically
 from trainers.families import PrunableModel, build_model, config_from_dict
 from trainers.tokenizers import CharTokenizer, Tokenizer, load_tokenizer
 
@@ -45,15 +45,6 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _replace(path: Path, write) -> None:
-    """``write(tmp)`` then rename over ``path``: readers see the old file or the new, whole."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def save_model(
     model: PrunableModel, tokenizer: Tokenizer, folder: str | Path, extra: dict | None = None
 ) -> Path:
@@ -61,7 +52,7 @@ def save_model(
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     state = model.saved_state()
-    _replace(folder / WEIGHTS, lambda tmp: save_file(state, str(tmp)))
+    write_atomically(folder / WEIGHTS, lambda tmp: save_file(state, str(tmp)))
     tokenizer.save(folder)
     tokenizer_files = sorted(
         path.name
@@ -73,7 +64,7 @@ def save_model(
         **(extra or {}),
         "sha256": {name: _sha256(folder / name) for name in (WEIGHTS, *tokenizer_files)},
     }
-    _replace(folder / CONFIG, lambda tmp: tmp.write_text(json.dumps(config, indent=2)))
+    write_atomically(folder / CONFIG, lambda tmp: tmp.write_text(json.dumps(config, indent=2)))
     return folder
 
 

@@ -35,6 +35,8 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer as BackendTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from trainers.atomic import write_atomically
+
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
@@ -75,20 +77,9 @@ def _as_list(ids: Sequence[int] | torch.Tensor) -> list[int]:
     return ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
 
 
-def _write_atomically(path: Path, write) -> None:
-    """``write(tmp)``, then rename over ``path``: a reader sees no file or a whole one. The
-    temporary name is unique, so processes writing the same file at once do not collide."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def _write_kind_file(folder: Path, kind: str, digest: str) -> None:
     record = json.dumps({"kind": kind, "digest": digest})
-    _write_atomically(folder / KIND_FILE, lambda tmp: tmp.write_text(record, encoding="utf-8"))
+    write_atomically(folder / KIND_FILE, lambda tmp: tmp.write_text(record, encoding="utf-8"))
 
 
 def _read_kind_file(folder: Path) -> dict:
@@ -157,7 +148,7 @@ class CharTokenizer:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         text = json.dumps(self.vocab, ensure_ascii=False)
-        _write_atomically(folder / VOCAB_FILE, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        write_atomically(folder / VOCAB_FILE, lambda tmp: tmp.write_text(text, encoding="utf-8"))
         (folder / KIND_FILE).unlink(missing_ok=True)
 
 
@@ -247,7 +238,9 @@ class ModelTokenizer:
 
         try:
             hf = AutoTokenizer.from_pretrained(str(path_or_name), local_files_only=True)
-        except (OSError, ValueError, KeyError, TypeError, ImportError) as err:
+        # Exception: the tokenizers library refuses a tokenizer.json that is JSON but no
+        # tokenizer (a model without its vocabulary) with nothing more specific.
+        except Exception as err:
             raise TokenizerError(
                 f"no tokenizer can be loaded from {path_or_name} ({type(err).__name__}); give a folder "
                 "with tokenizer files, or the name of a model in the local Hugging Face cache"
@@ -448,7 +441,7 @@ def encode_cached(
     record = {"key": key, "length": str(len(ids)), "sha256": _ids_checksum(ids)}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomically(path, lambda tmp: save_file({"ids": ids}, str(tmp), metadata=record))
+        write_atomically(path, lambda tmp: save_file({"ids": ids}, str(tmp), metadata=record))
     except OSError as err:  # the ids are right; only the next call will have to encode again
         warnings.warn(f"token cache {path} not written: {err}", RuntimeWarning, stacklevel=2)
     return ids
