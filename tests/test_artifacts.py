@@ -96,6 +96,20 @@ def test_a_corrupt_dense_checkpoint_is_trained_again(tmp_path, small_text):
     assert ensure_dense_checkpoint(corpus, model, pretrain, tmp_path, eval_tokens=64).reused
 
 
+def test_a_dense_checkpoint_pretraining_did_not_write_is_trained_again(tmp_path, small_text):
+    """A sound model folder without pretraining's record (an export copied in by hand)."""
+    corpus = Corpus.load(small_text, block_size=16)
+    model = ModelConfig(vocab_size=corpus.vocab_size, block_size=16, n_layer=1, n_head=2, d_model=16)
+    pretrain = PretrainConfig(steps=4, batch_size=4, warmup_steps=1)
+    first = ensure_dense_checkpoint(corpus, model, pretrain, tmp_path, eval_tokens=64)
+    weights, tokenizer = load_model(first.path)
+    save_model(weights, tokenizer, first.path)  # checksums whole, no val_perplexity nor seconds
+    notices: list[str] = []
+    again = ensure_dense_checkpoint(corpus, model, pretrain, tmp_path, eval_tokens=64, notice=notices.append)
+    assert not again.reused and again.val_perplexity == pytest.approx(first.val_perplexity)
+    assert notices == [f"dense checkpoint not used: {first.path / CONFIG} records no val_perplexity"]
+
+
 def test_a_corrupt_after_pruning_checkpoint_is_pruned_again(tmp_path, small_text):
     corpus = Corpus.load(small_text, block_size=16)
     model = ModelConfig(vocab_size=corpus.vocab_size, block_size=16, n_layer=2, n_head=2, d_model=16)
@@ -152,6 +166,28 @@ def test_a_checkpoint_of_another_seed_is_not_resumed_and_a_retry_keeps_its_own(t
     )
     assert "prune_resumed" in again.phase_seconds
     assert again.val_perplexity == pytest.approx(other_seed.val_perplexity, rel=1e-6)
+
+
+def test_a_retry_does_not_resume_from_a_dense_model_trained_again(tmp_path, small_text):
+    """The dense checkpoint's folder is named by its settings: one found corrupt and trained
+    again holds other weights at the same path, which the pruned checkpoint was not cut from."""
+    corpus = Corpus.load(small_text, block_size=16)
+    model = ModelConfig(vocab_size=corpus.vocab_size, block_size=16, n_layer=2, n_head=2, d_model=16)
+    dense = ensure_dense_checkpoint(
+        corpus, model, PretrainConfig(steps=4, batch_size=4), tmp_path, eval_tokens=64
+    )
+    budget = TrialBudget(prune_steps=4, finetune_steps=2, batch_size=4, eval_tokens=64)
+    hp = TrialHParams(method="l0_target", sparsity=0.5)
+    run_trial(TrialSetup(corpus, dense, budget, 0), hp, save_dir=tmp_path / "first")
+    same = run_trial(TrialSetup(corpus, dense, budget, 0), hp, resume_dirs=[tmp_path / "first"])
+    assert "prune_resumed" in same.phase_seconds  # the same dense weights: resumed
+    weights, tokenizer = load_model(dense.path)
+    with torch.no_grad():
+        for p in weights.parameters():
+            p.add_(0.01)
+    save_model(weights, tokenizer, dense.path, extra=read_config(dense.path, verify=False))
+    retried = run_trial(TrialSetup(corpus, dense, budget, 0), hp, resume_dirs=[tmp_path / "first"])
+    assert "prune_resumed" not in retried.phase_seconds
 
 
 def test_a_model_of_an_earlier_version_exports_with_a_warning(tmp_path):

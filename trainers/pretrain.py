@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from trainers.data import Corpus, eval_windows
-from trainers.export import CorruptModel, load_model, read_config, save_model
+from trainers.export import CONFIG, CorruptModel, load_model, read_config, save_model
 from trainers.families import FamilyConfig, PrunableModel, build_model
 from trainers.hparams import PretrainConfig
 from trainers.training import Progress, final_scores, fit, mean_loss, pick_device
@@ -98,6 +98,11 @@ def _read_checkpoint(
         meta = read_config(folder)
     except CorruptModel as err:
         notice(f"dense checkpoint not used: {err}")
+        return None
+    # Whole, but not written by pretraining (an exported trial copied in by hand, say).
+    missing = [key for key in ("val_perplexity", "seconds") if not isinstance(meta.get(key), (int, float))]
+    if missing:
+        notice(f"dense checkpoint not used: {folder / CONFIG} records no {missing[0]}")
         return None
     return DenseCheckpoint(
         folder.resolve(),

@@ -16,7 +16,7 @@ import torch
 
 from trainers.data import Corpus, eval_windows, rung_windows
 from trainers.distillation import PeerDistillation
-from trainers.export import CorruptModel, load_model, read_config, save_model
+from trainers.export import WEIGHTS, CorruptModel, load_model, read_config, save_model
 from trainers.gates import check_reachable
 from trainers.hparams import TARGET_METHODS, TrialBudget, TrialHParams
 from trainers.pretrain import DenseCheckpoint, load_dense
@@ -144,7 +144,13 @@ def run_trial(
         loss_fn = PeerDistillation(model, hp.distill_layer, hp.distill_logit)
     seconds: dict[str, float] = {}
 
-    identity = {"seed": setup.seed, "dense": str(setup.dense.path), "budget": asdict(budget)}
+    identity = {
+        "seed": setup.seed,
+        "dense": str(setup.dense.path),
+        # the weights at that path: a checkpoint found corrupt and trained again is another model
+        "dense_weights": read_config(setup.dense.path, verify=False).get("sha256", {}).get(WEIGHTS),
+        "budget": asdict(budget),
+    }
     resumed = _resume_point([Path(d) for d in resume_dirs], hp, identity, device)
     if resumed:
         model, outcome, seconds["prune"], generator_state = resumed
