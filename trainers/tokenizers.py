@@ -442,7 +442,8 @@ def encode_cached(
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(path, lambda tmp: save_file({"ids": ids}, str(tmp), metadata=record))
-    except OSError as err:  # the ids are right; only the next call will have to encode again
+    except (OSError, SafetensorError) as err:  # (safetensors reports a full disk as its own error)
+        # the ids are right; only the next call will have to encode again
         warnings.warn(f"token cache {path} not written: {err}", RuntimeWarning, stacklevel=2)
     return ids
 
