@@ -309,6 +309,20 @@ def test_token_ids_are_read_back_from_the_cache(tmp_path, bpe, corpus_text, monk
     assert torch.equal(encode_cached(bpe, text, cache_dir=tmp_path, text_digest="t1"), first)
 
 
+def test_a_cache_file_that_cannot_be_written_is_a_warning(tmp_path, bpe, monkeypatch):
+    """safetensors reports a failed write (a full disk) as its own error, not an OSError."""
+    from safetensors import SafetensorError
+
+    def refuse(*args, **kwargs):
+        raise SafetensorError("Error while serializing: IoError(No space left on device)")
+
+    monkeypatch.setattr("trainers.tokenizers.save_file", refuse)
+    with pytest.warns(RuntimeWarning, match="not written: Error while serializing"):
+        ids = encode_cached(bpe, "abc abc", cache_dir=tmp_path, text_digest="t1")
+    assert ids.tolist() == bpe.encode("abc abc")
+    assert list((tmp_path / "tokens").iterdir()) == []  # no temporary file left
+
+
 def test_another_text_or_tokenizer_gets_its_own_cache_file(tmp_path, bpe, corpus_text):
     encode_cached(bpe, "abc abc", cache_dir=tmp_path, text_digest="t1")
     encode_cached(bpe, "xyz", cache_dir=tmp_path, text_digest="t2")
