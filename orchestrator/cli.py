@@ -311,12 +311,14 @@ def _export_model(args: argparse.Namespace) -> int:
     check_not_an_input("--output", output, {"study's database": database, "trial's own folder": source})
     # the export is staged beside the folder, then renamed into place: its parent must be writable
     check_writable_folder("--output", output.parent, shown=args.output)
+    # Copied beside the target, then swapped in: an export cut short leaves the old folder whole.
+    staging, backup = output.with_name(f".{output.name}.partial"), output.with_name(f".{output.name}.old")
+    if backup.is_dir() and not output.exists():  # a swap killed between its two renames
+        backup.rename(output)  # the old export comes back, and is judged as any other below
     if output.exists() and not output.is_dir():
         raise UserError(f"--output {args.output} is a file; export-model writes a folder")
     if output.is_dir() and any(output.iterdir()) and not args.force:
         raise UserError(f"--output {args.output} is not empty; --force replaces it whole")
-    # Copied beside the target, then swapped in: an export cut short leaves the old folder whole.
-    staging, backup = output.with_name(f".{output.name}.partial"), output.with_name(f".{output.name}.old")
     for leftover in (staging, backup):
         shutil.rmtree(leftover, ignore_errors=True)
     if model.cfg.family == "hf":  # a standard Hugging Face folder (trainers.load_pruned reads it)

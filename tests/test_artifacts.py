@@ -249,6 +249,18 @@ def test_a_folder_that_cannot_be_written_is_one_line_before_anything_is_copied(t
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.db", "trial0"]  # no staging folder left
 
 
+def test_an_export_killed_between_its_two_renames_gets_the_old_folder_back(tmp_path):
+    save_model(tiny_model(), VOCAB_12, tmp_path / "trial0")
+    assert export_trial_model(tmp_path).returncode == 0
+    (tmp_path / "out" / "mine.txt").write_text("the user's")
+    (tmp_path / "out").rename(tmp_path / ".out.old")  # the old one moved aside, the new not yet in
+    args = ("--storage", f"sqlite:///{tmp_path}/s.db", "--study-name", "s", "--trial", "0")
+    again = cli_in_process("export-model", *args, "--output", str(tmp_path / "out"), cwd=tmp_path)
+    assert again.returncode == 2 and "is not empty; --force replaces it whole" in again.stderr
+    assert (tmp_path / "out" / "mine.txt").read_text() == "the user's"
+    assert not (tmp_path / ".out.old").exists()
+
+
 def test_a_model_folder_another_study_of_the_name_wrote_is_not_exported(tmp_path):
     """Folders are named by study and trial number: a study of the same name in another
     database, sharing --artifacts, writes its trial 0 there too (this trial scored 5.0)."""
