@@ -142,16 +142,22 @@ def test_export_model_refuses_a_bit_flipped_trial_model(tmp_path):
     assert json.loads((tmp_path / "trial0" / CONFIG).read_text())["sha256"]  # left as it was
 
 
-def test_a_checkpoint_of_another_seed_is_not_resumed_and_a_retry_keeps_its_own(tmp_path, small_text):
-    """A folder may hold a trial of an earlier study of the same name, or another seed's; a
-    resumed trial writes its own checkpoint, so the retry of a retry resumes too."""
+def resumable_trial(tmp_path: Path, small_text):
+    """(corpus, dense checkpoint, budget, hyperparameters) of a tiny trial that prunes with gates,
+    so that it writes a checkpoint after pruning."""
     corpus = Corpus.load(small_text, block_size=16)
     model = ModelConfig(vocab_size=corpus.vocab_size, block_size=16, n_layer=2, n_head=2, d_model=16)
     dense = ensure_dense_checkpoint(
         corpus, model, PretrainConfig(steps=4, batch_size=4), tmp_path, eval_tokens=64
     )
     budget = TrialBudget(prune_steps=4, finetune_steps=2, batch_size=4, eval_tokens=64)
-    hp = TrialHParams(method="l0_target", sparsity=0.5)
+    return corpus, dense, budget, TrialHParams(method="l0_target", sparsity=0.5)
+
+
+def test_a_checkpoint_of_another_seed_is_not_resumed_and_a_retry_keeps_its_own(tmp_path, small_text):
+    """A folder may hold a trial of an earlier study of the same name, or another seed's; a
+    resumed trial writes its own checkpoint, so the retry of a retry resumes too."""
+    corpus, dense, budget, hp = resumable_trial(tmp_path, small_text)
     run_trial(TrialSetup(corpus, dense, budget, 0), hp, save_dir=tmp_path / "seed0")
     other_seed = run_trial(
         TrialSetup(corpus, dense, budget, 1), hp, save_dir=tmp_path / "a", resume_dirs=[tmp_path / "seed0"]
@@ -171,13 +177,7 @@ def test_a_checkpoint_of_another_seed_is_not_resumed_and_a_retry_keeps_its_own(t
 def test_a_retry_does_not_resume_from_a_dense_model_trained_again(tmp_path, small_text):
     """The dense checkpoint's folder is named by its settings: one found corrupt and trained
     again holds other weights at the same path, which the pruned checkpoint was not cut from."""
-    corpus = Corpus.load(small_text, block_size=16)
-    model = ModelConfig(vocab_size=corpus.vocab_size, block_size=16, n_layer=2, n_head=2, d_model=16)
-    dense = ensure_dense_checkpoint(
-        corpus, model, PretrainConfig(steps=4, batch_size=4), tmp_path, eval_tokens=64
-    )
-    budget = TrialBudget(prune_steps=4, finetune_steps=2, batch_size=4, eval_tokens=64)
-    hp = TrialHParams(method="l0_target", sparsity=0.5)
+    corpus, dense, budget, hp = resumable_trial(tmp_path, small_text)
     run_trial(TrialSetup(corpus, dense, budget, 0), hp, save_dir=tmp_path / "first")
     same = run_trial(TrialSetup(corpus, dense, budget, 0), hp, resume_dirs=[tmp_path / "first"])
     assert "prune_resumed" in same.phase_seconds  # the same dense weights: resumed
