@@ -217,6 +217,12 @@ def test_a_write_that_fails_midway_leaves_the_old_file_whole(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["front.csv"]  # no temporary file left
     write_atomically(target, lambda tmp: tmp.write_text("new"))
     assert target.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["front.csv"]
+    # a link stays a link, to the file it named; a device is written through, not replaced
+    (tmp_path / "link.csv").symlink_to(target)
+    write_atomically(tmp_path / "link.csv", lambda tmp: tmp.write_text("through the link"))
+    assert (tmp_path / "link.csv").is_symlink() and target.read_text() == "through the link"
+    write_atomically(Path("/dev/null"), lambda tmp: tmp.write_text("gone"))
+    assert Path("/dev/null").is_char_device()
 
 
 @pytest.mark.parametrize("damage", ["truncated", "missing"])

@@ -81,8 +81,6 @@ def read_config(folder: str | Path, verify: bool = True) -> dict:
     if not isinstance(config, dict) or "model" not in config:
         raise CorruptModel(f"{folder / CONFIG} holds no model config")
     digests = config.get("sha256")
-    if digests is None and not verify:
-        return config
     if not isinstance(digests, dict) or WEIGHTS not in digests:
         if not verify:
             return config
