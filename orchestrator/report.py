@@ -340,8 +340,9 @@ def plot_front(study: optuna.Study, output: Path) -> list[Path]:
 
 
 def save_figure(fig, output: Path) -> None:
-    """The figure at ``output`` in the format its suffix names, written whole or not at all."""
-    write_atomically(output, lambda tmp: fig.savefig(tmp, format=Path(output).suffix.lstrip(".") or "png"))
+    """The figure at ``output`` (one of ``plot_paths``, so it has a suffix) in the format that
+    suffix names, written whole or not at all."""
+    write_atomically(output, lambda tmp: fig.savefig(tmp, format=output.suffix.lstrip(".")))
 
 
 def _plot_head_maps(front: list[FrozenTrial], output: Path, plt, n_head: int | None) -> None:

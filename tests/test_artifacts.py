@@ -190,11 +190,16 @@ def test_a_retry_does_not_resume_from_a_dense_model_trained_again(tmp_path, smal
     assert "prune_resumed" not in retried.phase_seconds
 
 
+def save_trial_of_an_earlier_version(folder: Path) -> None:
+    """A trial's model folder as headprune 0.1 wrote it: no checksums in its config."""
+    save_model(tiny_model(), VOCAB_12, folder)
+    config = json.loads((folder / CONFIG).read_text())
+    del config["sha256"]
+    (folder / CONFIG).write_text(json.dumps(config))
+
+
 def test_a_model_of_an_earlier_version_exports_with_a_warning(tmp_path):
-    save_model(tiny_model(), VOCAB_12, tmp_path / "trial0")
-    config = json.loads((tmp_path / "trial0" / CONFIG).read_text())
-    del config["sha256"]  # as headprune 0.1 wrote it
-    (tmp_path / "trial0" / CONFIG).write_text(json.dumps(config))
+    save_trial_of_an_earlier_version(tmp_path / "trial0")
     run = export_trial_model(tmp_path)
     assert run.returncode == 0, run.stderr
     assert run.stderr.strip() == "launch-study: warning: trial 0's model has no checksums to verify"
@@ -228,10 +233,7 @@ def test_a_write_that_fails_midway_leaves_the_old_file_whole(tmp_path):
 @pytest.mark.parametrize("damage", ["truncated", "missing"])
 def test_a_model_of_an_earlier_version_with_broken_weights_is_one_line(tmp_path, damage):
     """Without checksums nothing vouches for the weights: loading them is the check."""
-    save_model(tiny_model(), VOCAB_12, tmp_path / "trial0")
-    config = json.loads((tmp_path / "trial0" / CONFIG).read_text())
-    del config["sha256"]
-    (tmp_path / "trial0" / CONFIG).write_text(json.dumps(config))
+    save_trial_of_an_earlier_version(tmp_path / "trial0")
     weights = tmp_path / "trial0" / WEIGHTS
     if damage == "truncated":
         weights.write_bytes(weights.read_bytes()[:100])
