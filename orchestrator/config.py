@@ -229,6 +229,12 @@ def config_from_raw(path: Path, raw: dict[str, Any]) -> StudyConfig:
     pretrain = _table(f"{path}: [pretrain]", raw.get("pretrain", {}), field_specs(PretrainConfig))
     # A user's model is the dense checkpoint as it is, unless [pretrain] asks for more training.
     keep_as_is = bool(model["path"]) and "steps" not in raw.get("pretrain", {})
+    if keep_as_is and corpus["tokenizer"] != "model":  # its ids would mean other text to it
+        raise UserError(
+            f"{path}: [corpus] tokenizer = {corpus['tokenizer']!r} with [model] path: the model was "
+            "trained on its own tokenizer's ids; use tokenizer = 'model', or set [pretrain] steps to "
+            "train it on these"
+        )
     budget = _table(f"{path}: [trial]", raw.get("trial", {}), field_specs(TrialBudget))
     specs = field_specs(TrialHParams)
     search = SearchSpace.from_table(f"{path}: [search]", raw.get("search", {}), specs)

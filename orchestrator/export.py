@@ -1,4 +1,4 @@
-"""The Pareto CSV: the frontier table (or every COMPLETE trial), each point's perplexity over
+"""The Pareto CSV: the front of the COMPLETE trials (or every one of them), each point's perplexity over
 its seeds (``launch-study replicate``), one column per hyperparameter."""
 
 from __future__ import annotations
@@ -15,18 +15,18 @@ from optuna.trial import FrozenTrial
 from orchestrator.errors import UserError
 from orchestrator.frontier import pareto_front
 from orchestrator.records import RESULT_COLUMNS, TrialRecord, measured_elsewhere
-from orchestrator.storage import ReplicateResult, StudyStore, complete_trials, read_frontier, read_replicates
+from orchestrator.storage import ReplicateResult, StudyStore, complete_trials, front_rows, read_replicates
 from trainers.atomic import write_atomically
 
 
 def study_table(store: StudyStore, study: optuna.Study, everything: bool = False) -> pd.DataFrame:
-    """Rows of the frontier table (default) or of all COMPLETE trials, sorted by n_params, with
+    """Rows of the front (default) or of all COMPLETE trials, sorted by n_params, with
     their perplexity over seeds (``seed_columns``); the hyperparameters spread into
     ``params_<name>`` columns."""
     if everything:
         rows = [TrialRecord.from_trial(t).row() for t in complete_trials(study)]
     else:
-        rows = read_frontier(store, study.study_name)
+        rows = front_rows(study)  # from the trials: the table lags them after a driver's crash
     if not rows:
         raise UserError(f"study {study.study_name!r} has no complete trial to export")
     frame = pd.DataFrame(rows)

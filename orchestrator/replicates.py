@@ -55,10 +55,10 @@ from orchestrator.storage import (
     ReplicateResult,
     StudyStore,
     create_own_tables,
+    front_rows,
     hold_lease,
     load_existing_study,
     open_store,
-    read_frontier,
     read_replicates,
     record_replicate,
     redact_command,
@@ -229,7 +229,7 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
     seeds = replicate_seeds(cfg.study.seed, n_seeds)
 
     def front_now() -> list[dict]:
-        front = read_frontier(store, opts.study_name)
+        front = front_rows(study)
         if not front:
             raise UserError(f"study {opts.study_name!r} has no front to replicate (no complete trial)")
         return front
@@ -264,9 +264,7 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
         )
         run = None
         if jobs:
-            run = ReplicateRun(
-                store, opts.study_name, setup, jobs, still_leased=lambda: not lease.lost.is_set()
-            )
+            run = ReplicateRun(store, opts.study_name, setup, jobs, still_leased=lease.held)
             _run_jobs(cfg, opts, trial_setup, run)
         lease.check("the replicates still running (a rerun runs them)")
         save_note(study, front_note(study, replicated(store, study)))  # the dashboard's, with the seeds

@@ -340,7 +340,7 @@ def _run_leased(
             cfg.study.sampler, seed=seed, study_seed=cfg.study.seed, startup=startup, space=space
         ),
         trial_cpu_seconds_budget=opts.trial_cpu_seconds_budget,
-        still_leased=lambda: not lease.lost.is_set(),
+        still_leased=lease.held,
     )
     dense = None
     if driver.n_finished < opts.n_trials:

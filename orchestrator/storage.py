@@ -385,12 +385,19 @@ def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
     return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
 
 
-def refresh_frontier(store: StudyStore, study: optuna.Study) -> list[dict[str, Any]]:
-    """Replace the study's frontier rows by the front recomputed from all COMPLETE trials."""
-    rows = pareto_front(
+def front_rows(study: optuna.Study) -> list[dict[str, Any]]:
+    """The front of the study's COMPLETE trials, as rows of the frontier table. What reads the
+    front (export, replicate) computes it here rather than reading the table, which lags the
+    trials when a driver was killed, or a database call failed, between a tell and the refresh."""
+    return pareto_front(
         [TrialRecord.from_trial(t).row() for t in complete_trials(study)],
         key=lambda r: (r["val_perplexity"], r["n_params"]),
     )
+
+
+def refresh_frontier(store: StudyStore, study: optuna.Study) -> list[dict[str, Any]]:
+    """Replace the study's frontier rows by the front recomputed from all COMPLETE trials."""
+    rows = front_rows(study)
     now = datetime.now(UTC)
     with Session(store.engine) as session, session.begin():
         session.execute(sa.delete(ParetoPoint).where(ParetoPoint.study_name == study.study_name))
@@ -453,16 +460,23 @@ def read_replicates(store: StudyStore, study_name: str, setup: str) -> dict[int,
 def fail_and_ask_again(store: StudyStore, study: optuna.Study, trials: list[FrozenTrial], why: str) -> None:
     """Mark these unfinished trials FAIL, saying ``why``, and ask for each again (the same
     hyperparameters, linked by ``retry_of``: the retry resumes from its after-pruning checkpoint).
-    The dense control is not enqueued: the driver asks for it anew while the study has none."""
+    The dense control is not enqueued: the driver asks for it anew while the study has none.
+
+    The retry is asked for before the trial is told FAIL, and only once: a driver killed between
+    the two leaves the trial RUNNING beside its retry, and the next driver fails it without asking
+    again (told first, a kill in between would lose the retry: only RUNNING trials are orphans)."""
     study_id = store.storage.get_study_id_from_name(study.study_name)
+    asked_again = {
+        t.user_attrs["retry_of"] for t in study.get_trials(deepcopy=False) if "retry_of" in t.user_attrs
+    }
     for trial in trials:
         trial_id = store.storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
         if store.storage.get_trial(trial_id).state.is_finished():
             continue  # told meanwhile (by its worker's last report): nothing to ask again
         store.storage.set_trial_user_attr(trial_id, "error", why)
-        study.tell(trial.number, state=TrialState.FAIL)
-        if not trial.user_attrs.get("dense_control"):
+        if not trial.user_attrs.get("dense_control") and trial.number not in asked_again:
             study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
+        study.tell(trial.number, state=TrialState.FAIL)
 
 
 def fail_orphaned_trials(store: StudyStore, study: optuna.Study) -> list[FrozenTrial]:
@@ -478,16 +492,27 @@ def _utc(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+def _pid_namespace() -> str:
+    """Which process-id space this process's pid is counted in: a container sharing the host's
+    name (``--network host``) counts its own, where the host's pids look gone."""
+    try:
+        return os.readlink("/proc/self/ns/pid").strip("pid:[]")
+    except OSError:  # no /proc (macOS): one space per host
+        return ""
+
+
 def _lease_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}:{_pid_namespace()}"
 
 
 def _died_here(owner: str) -> bool:
-    """True when the owner was a driver on this machine whose process is gone: its lease need
-    not be waited out (a driver restarted after a crash takes over at once)."""
-    host, _, rest = owner.partition(":")
-    pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit():
+    """True when the owner was a driver on this machine, in this pid namespace, whose process is
+    gone: its lease need not be waited out (a driver restarted after a crash takes over at once).
+    An owner written before the namespace was recorded is judged by its host alone."""
+    parts = owner.split(":")  # host:pid:nonce:namespace
+    host, pid = parts[0], parts[1] if len(parts) > 1 else ""
+    namespace = parts[3] if len(parts) > 3 else _pid_namespace()
+    if host != socket.gethostname() or not pid.isdigit() or namespace != _pid_namespace():
         return False
     try:
         os.kill(int(pid), 0)
@@ -539,7 +564,17 @@ def acquire_lease(
                     "its last heartbeat)"
                 )
             previous = lease.owner
-            lease.owner, lease.heartbeat_at, lease.ttl_seconds = owner, now, ttl_seconds
+            # Taken only from the owner just read: SQLite ignores FOR UPDATE (its SELECT runs
+            # outside a transaction), so two drivers restarted at once may both have read the
+            # dead owner; the row changes hands once, and the second finds no row to update.
+            taken = session.execute(
+                sa.update(StudyLease)
+                .where(StudyLease.study_name == study_name, StudyLease.owner == previous)
+                .values(owner=owner, heartbeat_at=now, ttl_seconds=ttl_seconds)
+                .execution_options(synchronize_session=False)
+            )
+            if taken.rowcount != 1:
+                raise UserError(f"study {study_name!r} is being started by another driver")
             if previous == owner:
                 return None
             return Takeover(previous, "died" if died else "expired")
@@ -567,8 +602,10 @@ def release_lease(store: StudyStore, study_name: str, owner: str) -> None:
 
 class HeldLease:
     """A driver's hold on its study: ``beat`` renews it (a thread calls it every ttl/3 s);
-    ``lost`` is set once the lease is another driver's, or once no renewal has succeeded for a
-    whole TTL (another driver may then take it at any moment)."""
+    ``lost`` is set once the lease is another driver's, or once no renewal has succeeded for 2/3
+    of the TTL (from the whole TTL on another driver may take it at any moment). ``held`` is what
+    the driver asks before each ask and tell: it also judges the time since the last renewal
+    itself, since a renewal stuck in a half-dropped connection never returns to say it failed."""
 
     def __init__(self, store: StudyStore, study_name: str, ttl_seconds: float, clock=_now) -> None:
         self.store, self.study_name, self.ttl_seconds, self.clock = store, study_name, ttl_seconds, clock
@@ -586,14 +623,21 @@ class HeldLease:
                 return
             self._lose("another driver took the study's lease")
         except SQLAlchemyError as err:  # a missed beat is retried on the next
-            silent = (now - self.last_renewed).total_seconds()
-            # Given up at 2/3 of the TTL: from the whole TTL on another driver may take the study,
-            # and this one must have stopped telling by then (it beats every TTL/3).
-            if silent >= self.ttl_seconds * 2 / 3:
-                self._lose(
-                    f"the lease could not be renewed for {silent:.0f}s of its {self.ttl_seconds:.0f}s "
-                    f"({type(err).__name__})"
-                )
+            self._lose_if_silent(now, f" ({type(err).__name__})")
+
+    def held(self) -> bool:
+        """Whether the driver may still ask and tell."""
+        self._lose_if_silent(self.clock(), " (the renewal has not returned)")
+        return not self.lost.is_set()
+
+    def _lose_if_silent(self, now: datetime, why: str) -> None:
+        # Given up at 2/3 of the TTL: from the whole TTL on another driver may take the study,
+        # and this one must have stopped telling by then (it beats every TTL/3).
+        silent = (now - self.last_renewed).total_seconds()
+        if silent >= self.ttl_seconds * 2 / 3:
+            self._lose(
+                f"the lease could not be renewed for {silent:.0f}s of its {self.ttl_seconds:.0f}s{why}"
+            )
 
     def _lose(self, reason: str) -> None:
         if not self.lost.is_set():
@@ -602,7 +646,7 @@ class HeldLease:
 
     def check(self, unrecorded: str = "its running trials (the study's holder resumes them)") -> None:
         """Raise LeaseLost once the lease is gone, saying what was not recorded."""
-        if self.lost.is_set():
+        if not self.held():
             raise LeaseLost(
                 f"study {self.study_name!r}: {self.lost_reason}; this driver stopped without recording "
                 f"{unrecorded}"

@@ -180,6 +180,12 @@ CASES = {
         [],
         ["someone/absent-model", "hf download someone/absent-model"],
     ),
+    # Found in review: a pretrained model scored and pruned on a character tokenizer's ids.
+    "pretrained model read with another tokenizer": (
+        {"[model]\nn_layer = 2\nn_head = 4\nd_model = 32\n": USERS_MODEL_ABSENT, "steps = 60\n": ""},
+        [],
+        ["[corpus] tokenizer = 'char' with [model] path", "use tokenizer = 'model'"],
+    ),
     "kv heads do not divide heads": (
         None,
         ["--set", "model.family=hf", "--set", "model.architecture=llama", "--set", "model.n_kv_head=3"],

@@ -217,6 +217,22 @@ def test_from_pretrained_of_a_plain_transformers_folder(architecture, tmp_path):
         HFLanguageModel.from_pretrained(tmp_path, block_size=BLOCK + 1)
 
 
+@pytest.mark.parametrize(
+    "architecture, head", [("llama", "lm_head.weight"), ("gpt_neox", "embed_out.weight")]
+)
+def test_an_untied_output_head_missing_from_the_files_is_refused(architecture, head, tmp_path):
+    """Found in review: a missing output head was let through as if tied, and the study pruned a
+    model whose head transformers had drawn at random (transformers lists a tied head as present)."""
+    plain = AutoModelForCausalLM.from_config(AutoConfig.for_model(**tiny(architecture).cfg.hf_config))
+    assert not plain.config.tie_word_embeddings
+    plain.save_pretrained(tmp_path)
+    weights = load_file(tmp_path / "model.safetensors")
+    del weights[head]
+    save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="do not fit its config.json"):
+        HFLanguageModel.from_pretrained(tmp_path, block_size=8)
+
+
 def test_missing_model_is_named_with_the_command_that_fetches_it():
     with pytest.raises(ModelNotFound) as err:
         HFLanguageModel.from_pretrained("headprune-tests/no-such-model", block_size=8)

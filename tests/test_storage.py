@@ -81,6 +81,18 @@ def test_frontier_table_tracks_the_front(store, study):
     assert [r["n_params"] for r in read_frontier(store, study.study_name)] == [800, 800, 1000, 1500]
 
 
+def test_the_front_exported_is_the_trials_even_when_the_table_lags_them(store, study):
+    """The table is refreshed after each tell: a driver killed (or a database call failed) between
+    the two leaves it stale, and export and replicate used to read it as the front."""
+    from orchestrator.export import study_table
+
+    add_complete(study, 5.0, 1000)
+    refresh_frontier(store, study)
+    add_complete(study, 4.0, 900)  # told; the driver died before its refresh
+    assert [r["trial_number"] for r in read_frontier(store, study.study_name)] == [0]  # stale
+    assert list(study_table(store, study)["trial_number"]) == [1]
+
+
 def test_study_records_two_minimised_objectives_by_name(study):
     assert study.metric_names == ["val_perplexity", "n_params"]
     assert all(d == optuna.study.StudyDirection.MINIMIZE for d in study.directions)
@@ -97,6 +109,28 @@ def test_orphaned_running_trials_are_failed(store, study):
         optuna.trial.TrialState.WAITING,
     ]
     assert study.get_trials()[2].user_attrs == {"retry_of": 0}
+
+
+@pytest.mark.parametrize("killed_in", ["enqueue_trial", "tell"])
+def test_a_driver_killed_while_failing_an_orphan_loses_no_retry_and_adds_none(
+    store, study, monkeypatch, killed_in
+):
+    """Failing an orphan is two writes (ask again, tell FAIL): a driver killed between them
+    (a second Ctrl-C, a SIGKILL) must leave the next driver one retry to run, not none or two."""
+    study.ask()
+    real = getattr(optuna.Study, killed_in)
+
+    def killed_once(self, *args, **kwargs):
+        monkeypatch.setattr(optuna.Study, killed_in, real)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(optuna.Study, killed_in, killed_once)
+    with pytest.raises(KeyboardInterrupt):
+        fail_orphaned_trials(store, study)
+    fail_orphaned_trials(store, study)  # the next driver
+    trials = study.get_trials()
+    assert [t.state for t in trials] == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.WAITING]
+    assert trials[1].user_attrs == {"retry_of": 0}
 
 
 def test_studies_of_one_name_in_two_databases_keep_their_models_apart(store, study, tmp_path):
@@ -240,6 +274,60 @@ def test_a_holder_that_cannot_renew_for_a_whole_ttl_stops(store, monkeypatch):
     release_lease(store, name, held.owner)
 
 
+def test_a_holder_whose_renewal_never_returns_stops_before_its_ttl_runs_out(store):
+    """A renewal stuck in a half-dropped connection neither succeeds nor fails: the driver
+    judges the silence itself before it asks or tells, since another driver may take the study
+    once the TTL has passed."""
+    name = f"lease-{uuid.uuid4().hex[:8]}"
+    clock = FakeClock()
+    held = HeldLease(store, name, ttl_seconds=60, clock=clock)
+    clock.advance(20)  # one beat's interval: the heartbeat thread's renewal has not come back
+    assert held.held()
+    clock.advance(20)  # 40 s of 60 without a renewal
+    assert not held.held()
+    with pytest.raises(LeaseLost, match="could not be renewed for 40s of its 60s"):
+        held.check()
+    release_lease(store, name, held.owner)
+
+
+def test_two_drivers_taking_over_one_expired_lease_at_once_do_not_both_get_it(tmp_path, monkeypatch):
+    """SQLite ignores SELECT ... FOR UPDATE: a second driver restarted at the same moment reads
+    the dead owner too, and used to overwrite the first one's takeover (both ran the study)."""
+    import orchestrator.storage as storage
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    first, second = open_store(url), open_store(url)
+    name = "lease-race"
+    acquire_lease(first, name, "driver-dead", ttl_seconds=60, now=datetime(2020, 1, 1, tzinfo=UTC))
+    died_here = storage._died_here
+    raced: list[Takeover | None] = []
+
+    def the_first_driver_takes_over_meanwhile(owner: str) -> bool:
+        monkeypatch.setattr(storage, "_died_here", died_here)  # once
+        # the second driver has read the row: the first takes it now
+        raced.append(acquire_lease(first, name, "driver-a", ttl_seconds=60))
+        return died_here(owner)
+
+    monkeypatch.setattr(storage, "_died_here", the_first_driver_takes_over_meanwhile)
+    with pytest.raises(UserError, match="being started by another driver"):
+        acquire_lease(second, name, "driver-b", ttl_seconds=60)
+    assert raced == [Takeover("driver-dead", "expired")]
+    assert renew_lease(first, name, "driver-a") is True  # the lease is the first driver's alone
+
+
+def test_a_driver_in_another_pid_namespace_of_this_host_is_not_judged_dead(store):
+    """A container sharing the host's name (``--network host``) counts its own pids: a live
+    driver of the host looks gone from inside it, so its lease must be waited out."""
+    name = f"lease-{uuid.uuid4().hex[:8]}"
+    finished = subprocess.Popen(["true"])
+    finished.wait()
+    elsewhere = f"{socket.gethostname()}:{finished.pid}:x:another-namespace"
+    acquire_lease(store, name, elsewhere, ttl_seconds=600)
+    with pytest.raises(UserError, match="another driver"):
+        acquire_lease(store, name, "driver-b", ttl_seconds=600)
+    release_lease(store, name, elsewhere)
+
+
 def test_hold_lease_renews_from_a_thread_and_releases(store):
     name = f"lease-{uuid.uuid4().hex[:8]}"
 
@@ -259,11 +347,18 @@ def test_hold_lease_renews_from_a_thread_and_releases(store):
         assert session.get(StudyLease, name) is None
 
 
-def test_the_lease_of_a_dead_driver_on_this_machine_is_taken_over_at_once(store):
+# A driver's owner string names its pid namespace last; an older version's named none.
+THIS_PID_NAMESPACE = os.readlink("/proc/self/ns/pid").strip("pid:[]")
+
+
+@pytest.mark.parametrize(
+    "namespace", [f":{THIS_PID_NAMESPACE}", ""], ids=["owner", "owner-without-namespace"]
+)
+def test_the_lease_of_a_dead_driver_on_this_machine_is_taken_over_at_once(store, namespace):
     name = f"lease-{uuid.uuid4().hex[:8]}"
     finished = subprocess.Popen(["true"])
     finished.wait()  # reaped: its process id is no longer alive
-    dead = f"{socket.gethostname()}:{finished.pid}:x"
+    dead = f"{socket.gethostname()}:{finished.pid}:x{namespace}"
     acquire_lease(store, name, dead, ttl_seconds=600)
     takeover = acquire_lease(store, name, "driver-b", ttl_seconds=600)
     assert takeover == Takeover(dead, "died")

@@ -657,9 +657,9 @@ def _load_folder(folder: Path, cfg: HFModelConfig) -> HFLanguageModel:
         except (RuntimeError, OSError) as err:  # tensors of other shapes, files transformers cannot read
             raise ValueError(f"{folder}: the weights cannot be loaded ({_first_line(err)})") from None
         # transformers initialises what the files lack at random and only warns: a study would then
-        # prune a random model. A tied output head is the one thing allowed to be absent.
-        tied = {name for name in info.get("missing_keys", ()) if name.endswith("lm_head.weight")}
-        missing = sorted(set(info.get("missing_keys", ())) - tied)
+        # prune a random model. (It does not list a tied output head as missing: an untied one
+        # absent from the files is as random as any other tensor.)
+        missing = sorted(info.get("missing_keys", ()))
         mismatched = sorted(str(k[0] if isinstance(k, tuple) else k) for k in info.get("mismatched_keys", ()))
         if missing or mismatched:
             raise ValueError(
