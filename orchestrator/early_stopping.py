@@ -5,9 +5,11 @@ study) nor Ray Tune (ASHA ranks one metric) stops trials of a multi-objective se
 perplexity alone would stop every small model, the cheap end of the front. This is MO-ASHA
 (Schmucker et al. 2021, asynchronous successive halving with multi-objective ranks), adapted:
 
-- A trial reports the validation perplexity of its pruned model at *rungs*, fractions of its
+- A trial reports the validation perplexity of its pruned model at *rungs*, fractions of the
   fine-tuning budget (``min_fraction``, x ``reduction_factor``, ... below 1: 1/9 and 1/3 by
-  default). Its parameter count is fixed once its heads are removed.
+  default) counted in weight updates since the trial began (``trainers.trial.run_trial``), so
+  every method has trained its weights as long at a rung. Its parameter count is fixed once its
+  heads are removed.
 - At a rung, its point (perplexity there, parameters) joins those of every trial that reached
   the rung before (stopping-based, as Tune's ASHA: no trial waits for others), and the points are
   ordered by non-dominated rank, then, within a rank, by the hypervolume that point alone adds
@@ -22,6 +24,10 @@ perplexity alone would stop every small model, the cheap end of the front. This 
   trial at least as small is already better. The cheap end of the front is never starved (it is
   always rank 0).
 - The dense control is not a candidate: it is never stopped and not in the pools.
+- A trial whose perplexity at a rung is not finite (it diverged) is stopped, and its point is
+  not pooled. A trial that ends failed (an error, a non-finite final score) leaves the pools: its
+  points would go on stopping others. A trial decided at a rung once is not judged there again
+  (a worker Tune restarts reports its rungs anew), as in Tune's own ASHA.
 
 ``ParetoHalving`` is the decision alone (plain data, tested on synthetic curves);
 ``ParetoHalvingScheduler`` is the Tune scheduler around it.
@@ -86,19 +92,33 @@ class ParetoHalving:
         self.reduction_factor = reduction_factor
         self.margin = margin
         self.pools: list[dict[Hashable, Point]] = [{} for _ in range(n_rungs)]
+        self.passed: list[set[Hashable]] = [set() for _ in range(n_rungs)]
 
     def record(self, rung: int, key: Hashable, point: Point) -> None:
-        """A point measured earlier (a resumed study's finished trials), without a decision."""
-        self.pools[rung][key] = (float(point[0]), float(point[1]))
+        """A point measured earlier (a resumed study's finished trials), without a decision; a
+        diverged one (not finite) is not pooled."""
+        if math.isfinite(point[0]):
+            self.pools[rung][key] = (float(point[0]), float(point[1]))
 
     def forget(self, key: Hashable) -> None:
         """A trial that failed: its points no longer count (its retry reports its own)."""
-        for pool in self.pools:
+        for pool, passed in zip(self.pools, self.passed, strict=True):
             pool.pop(key, None)
+            passed.discard(key)
 
     def decide(self, rung: int, key: Hashable, point: Point) -> bool:
         """Record ``key``'s point at ``rung``; True when the trial goes on, False to stop it."""
+        if not math.isfinite(point[0]):
+            return False  # diverged: nothing dominates NaN, and it would rank on the front
         self.record(rung, key, point)
+        if key in self.passed[rung]:
+            return True  # a restarted worker reporting a rung it passed: decided already
+        if self._goes_on(rung, key):
+            self.passed[rung].add(key)
+            return True
+        return False
+
+    def _goes_on(self, rung: int, key: Hashable) -> bool:
         keys = list(self.pools[rung])
         points = [self.pools[rung][k] for k in keys]
         mine = keys.index(key)
@@ -130,6 +150,14 @@ class ParetoHalvingScheduler(FIFOScheduler):
         point = (result["val_perplexity"], result["n_params"])
         keep = self.halving.decide(int(rung), trial.config["optuna_trial"], point)
         return TrialScheduler.CONTINUE if keep else TrialScheduler.STOP
+
+    def on_trial_complete(self, tune_controller, trial, result: dict) -> None:
+        """A trial that ended without a score it stands by (a reported error, or a non-finite
+        perplexity or size: the driver tells it FAIL) leaves the pools; one stopped at a rung
+        ended on that rung's result, and stays."""
+        final = result or {}
+        if not all(math.isfinite(final.get(k, math.nan)) for k in ("val_perplexity", "n_params")):
+            self.halving.forget(trial.config.get("optuna_trial"))
 
     def on_trial_error(self, tune_controller, trial) -> None:
         self.halving.forget(trial.config.get("optuna_trial"))

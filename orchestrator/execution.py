@@ -163,6 +163,7 @@ class StudyDriver:
         # (the scheduler never stops the dense control: a finished one is COMPLETE)
         self.dense_control_pending = not any(t.user_attrs.get("dense_control") for t in finished)
         self.setup: str | None = None  # config.setup_digest, once the dense checkpoint is known
+        self.rung_context: str | None = None  # runner.rung_context: what its rung points compare under
         self.live: dict[str, optuna.Trial] = {}  # Tune trial id -> Optuna trial
         self.started: dict[str, float] = {}
         self.curves: dict[str, list[list[float]]] = {}  # Tune trial id -> rung reports so far
@@ -272,6 +273,7 @@ class StudyDriver:
             trial.set_user_attr("curve", self.curves[tune_trial_id])
             trial.set_user_attr("n_params", result["n_params"])
             trial.set_user_attr("rung_tokens", result.get("rung_tokens"))
+            trial.set_user_attr("rung_context", self.rung_context)
 
     def _stopped_early(self, trial: optuna.Trial, result: dict, seconds: float) -> None:
         """The scheduler stopped it at a rung: PRUNED, with the step and what it saved."""

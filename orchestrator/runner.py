@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import math
 import os
 import signal
@@ -449,18 +451,27 @@ def _best_so_far(trials: list, front: list[dict]) -> str:
     return f", smallest within 2% of dense: {best['n_params']:,} params (trial {best['trial_number']})"
 
 
-def _scheduler(cfg: StudyConfig, study: optuna.Study, n_rungs: int, rung_tokens: int):
+def rung_context(setup: str | None, rungs: tuple[float, ...], rung_tokens: int) -> str:
+    """What a rung's point was measured under: the trial setup (``config.setup_digest``), the
+    rungs' fractions and the tokens they score. Points under another (a study resumed with
+    other ``[early_stopping]``, ``[trial]`` or ``eval_tokens``, where a rung is another moment of
+    training or another subset of the text, which differ by about 1%, BENCHMARKS.md) do not
+    compare. Its first field names the rule that places rungs (v2: at equal weight updates)."""
+    measured = json.dumps([setup, list(rungs), rung_tokens])
+    return "v2:" + hashlib.sha256(measured.encode()).hexdigest()[:16]
+
+
+def _scheduler(cfg: StudyConfig, study: optuna.Study, n_rungs: int, context: str):
     """Pareto-aware early stopping when the study asks for it (else Tune's FIFO, no stopping).
-    A resumed study's pools start with the rung points of its finished trials that were scored
-    on the same tokens (``rung_tokens``: a run with another ``eval_tokens``, or from before trials
-    recorded it, scored others, and subsets differ by about 1%, BENCHMARKS.md)."""
+    A resumed study's pools start with the rung points of its finished trials measured under
+    the same ``rung_context`` (none from before trials recorded one)."""
     from ray.tune.schedulers import FIFOScheduler
 
     if not n_rungs:
         return FIFOScheduler()
     halving = ParetoHalving(n_rungs, cfg.early_stopping.reduction_factor, cfg.early_stopping.margin)
     for trial in study.get_trials(deepcopy=False, states=FINISHED):
-        if trial.user_attrs.get("dense_control") or trial.user_attrs.get("rung_tokens") != rung_tokens:
+        if trial.user_attrs.get("dense_control") or trial.user_attrs.get("rung_context") != context:
             continue
         params = trial.values[1] if trial.values else trial.user_attrs.get("n_params")
         for rung, _step, ppl in trial.user_attrs.get("curve", []):
@@ -510,14 +521,11 @@ def _search(cfg: StudyConfig, opts: RunOptions, driver: StudyDriver, setup: Tria
         trainable = tune.with_parameters(
             train_on_worker, setup=setup, rungs=rungs, rung_eval_tokens=cfg.early_stopping.eval_tokens
         )
+        rung_tokens = rung_windows(evaluation_windows(setup), cfg.early_stopping.eval_tokens)[1].numel()
+        driver.rung_context = rung_context(driver.setup, rungs, rung_tokens)
         tune_config = tune.TuneConfig(
             search_alg=StudySearcher(driver),
-            scheduler=_scheduler(
-                cfg,
-                driver.study,
-                len(rungs),
-                rung_windows(evaluation_windows(setup), cfg.early_stopping.eval_tokens)[1].numel(),
-            ),
+            scheduler=_scheduler(cfg, driver.study, len(rungs), driver.rung_context),
             num_samples=-1,  # the searcher says when the study is done
             max_concurrent_trials=opts.max_concurrent,
             reuse_actors=True,

@@ -19,7 +19,7 @@ from orchestrator.early_stopping import (
     nondominated_ranks,
     pareto_order,
 )
-from orchestrator.runner import _scheduler
+from orchestrator.runner import _scheduler, rung_context
 
 
 def curve(final: float, start: float, fraction: float) -> float:
@@ -129,10 +129,63 @@ def test_failed_trial_is_forgotten():
     assert scheduler.halving.pools[0] == {}
 
 
+@pytest.mark.parametrize(
+    "final",
+    [{"trial_error": "OSError: disk full"}, {"val_perplexity": math.nan, "n_params": 100}],
+    ids=["reported error", "diverged after the rung"],
+)
+def test_a_trial_that_ends_failed_leaves_the_pools(final):
+    """Found in review: a trial that reports its error as a result (so Tune does not retry it), or
+    ends on a non-finite score, completes for Tune (no on_trial_error); the driver tells it FAIL,
+    and its good rung point used to go on stopping others."""
+    scheduler = ParetoHalvingScheduler(ParetoHalving(n_rungs=1, reduction_factor=3))
+    scheduler.on_trial_result(None, _trial(1), _rung(0, 4.0, 100))
+    scheduler.on_trial_result(None, _trial(2), _rung(0, 5.0, 100))
+    scheduler.on_trial_complete(None, _trial(1), final)
+    scheduler.on_trial_complete(None, _trial(2), _rung(0, 5.0, 100))  # stopped there: it stays
+    assert scheduler.halving.pools[0] == {2: (5.0, 100.0)}
+
+
+def test_a_diverged_trial_is_stopped_at_its_rung_and_not_pooled():
+    """Found in review: nothing dominates NaN, so a diverged trial ranked on the front and ran
+    its whole budget; an earlier run's NaN point is not pooled either."""
+    halving = ParetoHalving(n_rungs=1, reduction_factor=3)
+    for i in range(6):
+        assert halving.decide(0, i, (5.0 - i / 100, 100 + i))  # a front
+    assert not halving.decide(0, "diverged", (math.nan, 50))
+    halving.record(0, "diverged earlier", (math.inf, 60))
+    assert set(halving.pools[0]) == set(range(6))
+
+
+def test_a_restarted_worker_is_not_judged_again_at_a_rung_it_passed():
+    """Found in review: Tune restarts a dead worker from the start of fine-tuning, and its
+    rung reports came again; judged against a fuller pool, a trial past rung 1 was stopped at
+    rung 0. Tune's own ASHA decides a trial once per rung."""
+    halving = ParetoHalving(n_rungs=2, reduction_factor=3)
+    assert halving.decide(0, "x", (5.5, 100))
+    for i in range(3):  # better points of its size arrive
+        halving.decide(0, i, (5.0, 100))
+    assert halving.decide(1, "x", (5.2, 100))
+    assert halving.decide(0, "x", (5.5, 100))  # the restarted worker, at rung 0 again
+    assert not halving.decide(0, "y", (5.5, 100))  # a new trial there is judged, and stopped
+
+
 def test_resumed_scheduler_starts_with_the_finished_trials_points(tmp_path):
     """The database is the source of truth: a restarted driver's pools hold the rung points of
-    the COMPLETE and PRUNED trials scored on the same tokens (not the dense control's, not a
-    failed one's, not those of a run whose rungs scored other tokens)."""
+    the COMPLETE and PRUNED trials measured under the same ``rung_context`` (not the dense
+    control's, not a failed or diverged one's, not those of a run whose rungs were at other
+    moments of training or scored other tokens, nor those of a version that recorded none)."""
+    assert (
+        len(
+            {
+                rung_context("setup", (0.111, 0.333), 512),
+                rung_context("other setup", (0.111, 0.333), 512),
+                rung_context("setup", (0.25, 0.5), 512),
+                rung_context("setup", (0.111, 0.333), 1024),
+            }
+        )
+        == 4
+    )
     study_file = tmp_path / "s.toml"
     study_file.write_text(
         '[study]\nname = "s"\n[corpus]\npath = "x.txt"\n[early_stopping]\nenabled = true\n', encoding="utf-8"
@@ -149,7 +202,7 @@ def test_resumed_scheduler_starts_with_the_finished_trials_points(tmp_path):
         )
 
     curve_a = [[0, 11, 6.0], [1, 33, 5.0]]
-    same = {"rung_tokens": 512}
+    same = {"rung_context": "this run's"}
     add(
         optuna.trial.TrialState.COMPLETE,
         {"dense_control": True, "curve": [[0, 11, 4.0]], "n_params": 900, **same},
@@ -158,9 +211,10 @@ def test_resumed_scheduler_starts_with_the_finished_trials_points(tmp_path):
     add(optuna.trial.TrialState.COMPLETE, {"curve": curve_a, "n_params": 200, **same}, [4.5, 200])
     add(optuna.trial.TrialState.PRUNED, {"curve": [[0, 11, 7.0]], "n_params": 300, **same})
     add(optuna.trial.TrialState.FAIL, {"curve": [[0, 11, 3.0]], "n_params": 100, **same})
-    add(optuna.trial.TrialState.PRUNED, {"curve": [[0, 11, 2.0]], "n_params": 150, "rung_tokens": 2048})
+    add(optuna.trial.TrialState.PRUNED, {"curve": [[0, 11, 2.0]], "n_params": 150, "rung_context": "other"})
     add(optuna.trial.TrialState.COMPLETE, {"curve": [[0, 11, 2.5]], "n_params": 160}, [3.0, 160])  # older
-    scheduler = _scheduler(cfg, study, n_rungs=2, rung_tokens=512)
+    add(optuna.trial.TrialState.PRUNED, {"curve": [[0, 11, math.nan]], "n_params": 170, **same})  # diverged
+    scheduler = _scheduler(cfg, study, n_rungs=2, context="this run's")
     assert scheduler.halving.pools == [{1: (6.0, 200.0), 2: (7.0, 300.0)}, {1: (5.0, 200.0)}]
 
 
@@ -279,6 +333,34 @@ def test_a_rung_scores_its_subset_and_the_trial_ends_on_the_whole_slice(tmp_path
     assert subset[0].numel() == 128
     assert part.curve[0][2] == pytest.approx(math.exp(mean_loss(trained, subset)), rel=1e-5)
     assert part.curve[0][2] != pytest.approx(part.val_perplexity, rel=1e-4)
+
+
+def test_every_method_reaches_a_rung_after_as_many_weight_updates(tmp_path, small_text):
+    """Found in review: rungs were fractions of each trial's own fine-tuning, so a gated method
+    (its weights trained while choosing) was compared after prune_steps + 1/9 of fine-tuning with
+    importance (nothing trained while choosing) after 1/9 of its longer fine-tuning alone."""
+    from trainers.data import Corpus
+    from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams
+    from trainers.model import ModelConfig
+    from trainers.pretrain import ensure_dense_checkpoint
+    from trainers.trial import TrialSetup, run_trial
+
+    corpus = Corpus.load(small_text, block_size=16)
+    model = ModelConfig(vocab_size=corpus.vocab_size, block_size=16, n_layer=2, n_head=2, d_model=16)
+    dense = ensure_dense_checkpoint(
+        corpus, model, PretrainConfig(steps=4, batch_size=4), tmp_path, eval_tokens=512
+    )
+    budget = TrialBudget(prune_steps=4, finetune_steps=8, batch_size=4, eval_tokens=512)
+    setup = TrialSetup(corpus, dense, budget)
+    updates = {}
+    for method in ("importance", "l0_target"):
+        reports = []
+        run_trial(
+            setup, TrialHParams(method=method, sparsity=0.5), rungs=(0.25, 0.5), report_rung=reports.append
+        )
+        trained_while_choosing = 12 - reports[0].steps
+        updates[method] = [trained_while_choosing + r.step for r in reports]
+    assert updates == {"importance": [6, 8], "l0_target": [6, 8]}
 
 
 def test_a_margin_keeps_a_trial_within_the_rungs_noise_of_a_smaller_one():

@@ -125,9 +125,10 @@ def run_trial(
 ) -> TrialResult:
     """Prune, fine-tune, evaluate. With ``save_dir``, write the pruned model there, and a
     checkpoint after pruning that a retry (``resume_dirs``) continues from. At each fraction in
-    ``rungs`` of the fine-tuning steps, score the validation slice (``rung_eval_tokens`` of it,
-    spread over it; 0: all) and pass it to ``report_rung`` (which may never return: a scheduler
-    stopping the trial)."""
+    ``rungs`` of the fine-tuning budget (counted in weight updates since the trial began,
+    ``prune_steps + fraction x finetune_steps``: the same for every method), score the validation
+    slice (``rung_eval_tokens`` of it, spread over it; 0: all) and pass it to ``report_rung``
+    (which may never return: a scheduler stopping the trial)."""
     cpu_start = time.process_time()
     cfg = setup.dense.model_config
     heads = list(cfg.layer_heads)
@@ -191,7 +192,11 @@ def run_trial(
     curve: list[list[float]] = []
     rung_at: dict[int, int] = {}  # fine-tuning step -> rung (two rungs on one step: the first)
     for rung, fraction in enumerate(rungs):
-        rung_at.setdefault(max(1, round(fraction * steps)), rung)
+        # Every method's weights have had as many updates at a rung: prune_steps + fraction x
+        # finetune_steps since the trial began. As a fraction of each trial's own fine-tuning, a
+        # gated method (100 updates while choosing) met importance (none) after 133 updates to 44.
+        updates = round(budget.prune_steps + fraction * budget.finetune_steps)
+        rung_at.setdefault(min(steps, max(1, updates - outcome.trained_steps)), rung)
 
     def at_rung(step: int) -> bool:
         if step in rung_at:
