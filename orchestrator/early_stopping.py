@@ -153,9 +153,12 @@ class ParetoHalvingScheduler(FIFOScheduler):
 
     def on_trial_complete(self, tune_controller, trial, result: dict) -> None:
         """A trial that ended without a score it stands by (a reported error, or a non-finite
-        perplexity or size: the driver tells it FAIL) leaves the pools; one stopped at a rung
-        ended on that rung's result, and stays."""
+        final perplexity or size: the driver tells it FAIL) leaves the pools, as a resumed run
+        would not pool it. One stopped at a rung (PRUNED) keeps its finite rung points, as a
+        resumed run pools them."""
         final = result or {}
+        if RUNG_KEY in final:
+            return
         if not all(math.isfinite(final.get(k, math.nan)) for k in ("val_perplexity", "n_params")):
             self.halving.forget(trial.config.get("optuna_trial"))
 

@@ -601,7 +601,8 @@ def release_lease(store: StudyStore, study_name: str, owner: str) -> None:
 
 
 class HeldLease:
-    """A driver's hold on its study: ``beat`` renews it (a thread calls it every ttl/3 s);
+    """A driver's hold on its study: ``beat`` renews it (a thread calls it every ttl/6 s, so
+    that a failed renewal is retried twice before 2/3 of the TTL);
     ``lost`` is set once the lease is another driver's, or once no renewal has succeeded for 2/3
     of the TTL (from the whole TTL on another driver may take it at any moment). ``held`` is what
     the driver asks before each ask and tell: it also judges the time since the last renewal
@@ -627,12 +628,12 @@ class HeldLease:
 
     def held(self) -> bool:
         """Whether the driver may still ask and tell."""
-        self._lose_if_silent(self.clock(), " (the renewal has not returned)")
+        self._lose_if_silent(self.clock(), " (none has succeeded since)")
         return not self.lost.is_set()
 
     def _lose_if_silent(self, now: datetime, why: str) -> None:
         # Given up at 2/3 of the TTL: from the whole TTL on another driver may take the study,
-        # and this one must have stopped telling by then (it beats every TTL/3).
+        # and this one must have stopped telling by then (it beats every TTL/6).
         silent = (now - self.last_renewed).total_seconds()
         if silent >= self.ttl_seconds * 2 / 3:
             self._lose(
@@ -655,12 +656,12 @@ class HeldLease:
 
 @contextlib.contextmanager
 def hold_lease(store: StudyStore, study_name: str, ttl_seconds: float) -> Iterator[HeldLease]:
-    """Hold the study's lease for the block, renewing it from a thread every ttl/3 seconds."""
+    """Hold the study's lease for the block, renewing it from a thread every ttl/6 seconds."""
     held = HeldLease(store, study_name, ttl_seconds)
     stop = threading.Event()
 
     def beat() -> None:
-        while not stop.wait(ttl_seconds / 3) and not held.lost.is_set():
+        while not stop.wait(ttl_seconds / 6) and not held.lost.is_set():
             held.beat()
 
     thread = threading.Thread(target=beat, name="lease-heartbeat", daemon=True)

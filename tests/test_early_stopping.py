@@ -146,6 +146,16 @@ def test_a_trial_that_ends_failed_leaves_the_pools(final):
     assert scheduler.halving.pools[0] == {2: (5.0, 100.0)}
 
 
+def test_a_trial_stopped_on_diverging_keeps_its_earlier_rung_points():
+    """PRUNED at a later rung, as a resumed run pools it: its finite points stay, the NaN never
+    joins."""
+    scheduler = ParetoHalvingScheduler(ParetoHalving(n_rungs=2, reduction_factor=3))
+    assert scheduler.on_trial_result(None, _trial(1), _rung(0, 5.0, 100)) == TrialScheduler.CONTINUE
+    assert scheduler.on_trial_result(None, _trial(1), _rung(1, math.nan, 100)) == TrialScheduler.STOP
+    scheduler.on_trial_complete(None, _trial(1), _rung(1, math.nan, 100))
+    assert scheduler.halving.pools == [{1: (5.0, 100.0)}, {}]
+
+
 def test_a_diverged_trial_is_stopped_at_its_rung_and_not_pooled():
     """Found in review: nothing dominates NaN, so a diverged trial ranked on the front and ran
     its whole budget; an earlier run's NaN point is not pooled either."""
@@ -267,6 +277,9 @@ def test_study_with_early_stopping_ends_with_the_asked_finished_trials(stopped_s
         assert [point[0] for point in t.user_attrs["curve"]] == [0, 1]  # both rungs reached
     for t in [*pruned, *complete[1:]]:
         assert t.user_attrs["rung_tokens"] == 1024  # the study's [early_stopping] eval_tokens
+    # what a resumed run pools them by: one context for the run, of this version's rung rule
+    contexts = {t.user_attrs["rung_context"] for t in [*pruned, *complete[1:]]}
+    assert len(contexts) == 1 and contexts.pop().startswith("v2:")
 
 
 @pytest.mark.slow
@@ -361,6 +374,12 @@ def test_every_method_reaches_a_rung_after_as_many_weight_updates(tmp_path, smal
         trained_while_choosing = 12 - reports[0].steps
         updates[method] = [trained_while_choosing + r.step for r in reports]
     assert updates == {"importance": [6, 8], "l0_target": [6, 8]}
+    # A rung that would fall on the last step (or past it) judges nothing: there is none.
+    reports = []
+    run_trial(
+        setup, TrialHParams(method="importance", sparsity=0.5), rungs=(0.5, 0.99), report_rung=reports.append
+    )
+    assert [r.step for r in reports] == [8]
 
 
 def test_a_margin_keeps_a_trial_within_the_rungs_noise_of_a_smaller_one():

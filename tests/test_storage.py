@@ -31,6 +31,7 @@ from orchestrator.storage import (
     HeldLease,
     StudyLease,
     Takeover,
+    _pid_namespace,
     acquire_lease,
     create_or_load_study,
     fail_orphaned_trials,
@@ -274,6 +275,31 @@ def test_a_holder_that_cannot_renew_for_a_whole_ttl_stops(store, monkeypatch):
     release_lease(store, name, held.owner)
 
 
+def test_one_failed_renewal_is_retried_before_the_lease_is_given_up(store, monkeypatch):
+    """The heartbeat beats every TTL/6: a failed renewal is retried twice before 2/3 of the TTL,
+    where the driver gives the lease up (a beat every TTL/3 left no retry before it)."""
+    import orchestrator.storage as storage
+
+    name = f"lease-{uuid.uuid4().hex[:8]}"
+    clock = FakeClock()
+    held = HeldLease(store, name, ttl_seconds=60, clock=clock)
+    renew = storage.renew_lease
+
+    def fails_once(*args, **kwargs):
+        monkeypatch.setattr(storage, "renew_lease", renew)
+        raise sa.exc.OperationalError("renew", {}, Exception("server closed the connection"))
+
+    monkeypatch.setattr(storage, "renew_lease", fails_once)
+    clock.advance(10)
+    held.beat()  # fails
+    clock.advance(10)
+    assert held.held()
+    held.beat()  # the retry succeeds
+    clock.advance(30)
+    assert held.held()
+    release_lease(store, name, held.owner)
+
+
 def test_a_holder_whose_renewal_never_returns_stops_before_its_ttl_runs_out(store):
     """A renewal stuck in a half-dropped connection neither succeeds nor fails: the driver
     judges the silence itself before it asks or tells, since another driver may take the study
@@ -348,12 +374,7 @@ def test_hold_lease_renews_from_a_thread_and_releases(store):
 
 
 # A driver's owner string names its pid namespace last; an older version's named none.
-THIS_PID_NAMESPACE = os.readlink("/proc/self/ns/pid").strip("pid:[]")
-
-
-@pytest.mark.parametrize(
-    "namespace", [f":{THIS_PID_NAMESPACE}", ""], ids=["owner", "owner-without-namespace"]
-)
+@pytest.mark.parametrize("namespace", [f":{_pid_namespace()}", ""], ids=["owner", "owner-of-0.1"])
 def test_the_lease_of_a_dead_driver_on_this_machine_is_taken_over_at_once(store, namespace):
     name = f"lease-{uuid.uuid4().hex[:8]}"
     finished = subprocess.Popen(["true"])

@@ -195,8 +195,12 @@ def run_trial(
         # Every method's weights have had as many updates at a rung: prune_steps + fraction x
         # finetune_steps since the trial began. As a fraction of each trial's own fine-tuning, a
         # gated method (100 updates while choosing) met importance (none) after 133 updates to 44.
-        updates = round(budget.prune_steps + fraction * budget.finetune_steps)
-        rung_at.setdefault(min(steps, max(1, updates - outcome.trained_steps)), rung)
+        # A fraction below 1 that rounding (a tiny fine-tuning budget) puts on the last step or
+        # past it is dropped: it would judge a trial that has done all its training, and could
+        # record it PRUNED. A caller asking for 1 (a score of the model the trial ends with) gets it.
+        step = round(budget.prune_steps + fraction * budget.finetune_steps) - outcome.trained_steps
+        if 1 <= step < steps or (fraction >= 1 and step == steps):
+            rung_at.setdefault(step, rung)
 
     def at_rung(step: int) -> bool:
         if step in rung_at:
