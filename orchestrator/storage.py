@@ -601,12 +601,12 @@ def release_lease(store: StudyStore, study_name: str, owner: str) -> None:
 
 
 class HeldLease:
-    """A driver's hold on its study: ``beat`` renews it (a thread calls it every ttl/6 s, so
-    that a failed renewal is retried twice before 2/3 of the TTL);
-    ``lost`` is set once the lease is another driver's, or once no renewal has succeeded for 2/3
-    of the TTL (from the whole TTL on another driver may take it at any moment). ``held`` is what
-    the driver asks before each ask and tell: it also judges the time since the last renewal
-    itself, since a renewal stuck in a half-dropped connection never returns to say it failed."""
+    """A driver's hold on its study. ``beat`` renews it (a thread calls it every ttl/6 s, so a
+    failed renewal is retried twice before 2/3 of the TTL). ``lost`` is set once the lease is
+    another driver's, or once no renewal has succeeded for 2/3 of the TTL (from the whole TTL on
+    another driver may take it at any moment). ``held`` is what the driver asks before each ask
+    and tell: it judges the time since the last renewal itself, since a renewal stuck in a
+    half-dropped connection never returns to say it failed."""
 
     def __init__(self, store: StudyStore, study_name: str, ttl_seconds: float, clock=_now) -> None:
         self.store, self.study_name, self.ttl_seconds, self.clock = store, study_name, ttl_seconds, clock
