@@ -228,13 +228,14 @@ def test_a_checkpoint_of_other_hyperparameters_is_not_resumed(setup, tmp_path):
 
 
 def test_rung_reports_come_at_fractions_of_the_fine_tuning(setup):
-    """Early stopping's input: the pruned model scored at 1/4 and 1/2 of its fine-tuning steps
-    (random fine-tunes for all 12 + 4 steps), recorded as the trial's curve."""
+    """Early stopping's input: the pruned model scored at 1/4 and 1/2 of the fine-tuning budget,
+    counted in weight updates since the trial began (12 + 1 and 12 + 2: random trains nothing
+    while choosing, so it fine-tunes for all 12 + 4 steps), recorded as the trial's curve."""
     reports = []
     result = run_trial(
         setup, TrialHParams(method="random", sparsity=0.5), rungs=[0.25, 0.5], report_rung=reports.append
     )
-    assert [(r.rung, r.step, r.steps) for r in reports] == [(0, 4, 16), (1, 8, 16)]
+    assert [(r.rung, r.step, r.steps) for r in reports] == [(0, 13, 16), (1, 14, 16)]
     assert all(r.n_params == result.n_params for r in reports)
     assert result.curve == [[r.rung, r.step, r.val_perplexity] for r in reports]
     assert len({r.val_perplexity for r in reports} | {result.val_perplexity}) == 3  # it trained on
