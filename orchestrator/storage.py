@@ -611,6 +611,7 @@ class HeldLease:
     def __init__(self, store: StudyStore, study_name: str, ttl_seconds: float, clock=_now) -> None:
         self.store, self.study_name, self.ttl_seconds, self.clock = store, study_name, ttl_seconds, clock
         self.owner = _lease_owner()
+        self.beat_every = ttl_seconds / 6  # seconds between renewals (hold_lease's thread)
         self.takeover = acquire_lease(store, study_name, self.owner, ttl_seconds, now=clock())
         self.last_renewed = clock()
         self.lost = threading.Event()
@@ -661,7 +662,7 @@ def hold_lease(store: StudyStore, study_name: str, ttl_seconds: float) -> Iterat
     stop = threading.Event()
 
     def beat() -> None:
-        while not stop.wait(ttl_seconds / 6) and not held.lost.is_set():
+        while not stop.wait(held.beat_every) and not held.lost.is_set():
             held.beat()
 
     thread = threading.Thread(target=beat, name="lease-heartbeat", daemon=True)

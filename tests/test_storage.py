@@ -290,12 +290,12 @@ def test_one_failed_renewal_is_retried_before_the_lease_is_given_up(store, monke
         raise sa.exc.OperationalError("renew", {}, Exception("server closed the connection"))
 
     monkeypatch.setattr(storage, "renew_lease", fails_once)
-    clock.advance(10)
+    clock.advance(held.beat_every)
     held.beat()  # fails
-    clock.advance(10)
-    assert held.held()
+    clock.advance(held.beat_every)
+    assert held.held()  # as the retry starts (at TTL/3 a beat, this was 2/3 of the TTL: given up)
     held.beat()  # the retry succeeds
-    clock.advance(30)
+    clock.advance(held.beat_every)
     assert held.held()
     release_lease(store, name, held.owner)
 
