@@ -1,5 +1,5 @@
-"""The Pareto CSV: the front of the COMPLETE trials (or every one of them), each point's perplexity over
-its seeds (``launch-study replicate``), one column per hyperparameter."""
+"""The Pareto CSV: the front of the COMPLETE trials (or every one of them), each point's
+perplexity over its seeds (``launch-study replicate``), one column per hyperparameter."""
 
 from __future__ import annotations
 

@@ -180,22 +180,21 @@ def test_a_restarted_worker_is_not_judged_again_at_a_rung_it_passed():
     assert not halving.decide(0, "y", (5.5, 100))  # a new trial there is judged, and stopped
 
 
+def test_a_rung_context_differs_with_the_setup_the_rungs_or_their_tokens():
+    contexts = {
+        rung_context("setup", (0.111, 0.333), 512),
+        rung_context("other setup", (0.111, 0.333), 512),
+        rung_context("setup", (0.25, 0.5), 512),
+        rung_context("setup", (0.111, 0.333), 1024),
+    }
+    assert len(contexts) == 4
+
+
 def test_resumed_scheduler_starts_with_the_finished_trials_points(tmp_path):
     """The database is the source of truth: a restarted driver's pools hold the rung points of
     the COMPLETE and PRUNED trials measured under the same ``rung_context`` (not the dense
     control's, not a failed or diverged one's, not those of a run whose rungs were at other
     moments of training or scored other tokens, nor those of a version that recorded none)."""
-    assert (
-        len(
-            {
-                rung_context("setup", (0.111, 0.333), 512),
-                rung_context("other setup", (0.111, 0.333), 512),
-                rung_context("setup", (0.25, 0.5), 512),
-                rung_context("setup", (0.111, 0.333), 1024),
-            }
-        )
-        == 4
-    )
     study_file = tmp_path / "s.toml"
     study_file.write_text(
         '[study]\nname = "s"\n[corpus]\npath = "x.txt"\n[early_stopping]\nenabled = true\n', encoding="utf-8"
@@ -316,25 +315,36 @@ def test_a_rung_scores_every_kth_window_spread_over_the_whole_slice():
     assert rung_windows((x, x), max_tokens=0)[0].shape == x.shape  # 0: the whole slice
 
 
-def test_a_rung_scores_its_subset_and_the_trial_ends_on_the_whole_slice(tmp_path, small_text):
-    """A rung at the last step scores the model the trial ends with: on the whole slice it gives
-    the final perplexity, on a subset (``rung_eval_tokens``) that subset's."""
-    from trainers.data import Corpus, eval_windows, rung_windows
-    from trainers.export import load_model
-    from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams
+def tiny_trial_setup(tmp_path, text, prune_steps: int, finetune_steps: int):
+    """A 2-layer, 2-head model pretrained for 4 steps on ``text``, and trials of these budgets."""
+    from trainers.data import Corpus
+    from trainers.hparams import PretrainConfig, TrialBudget
     from trainers.model import ModelConfig
     from trainers.pretrain import ensure_dense_checkpoint
-    from trainers.training import mean_loss
-    from trainers.trial import TrialSetup, run_trial
+    from trainers.trial import TrialSetup
 
-    corpus = Corpus.load(small_text, block_size=16)
+    corpus = Corpus.load(text, block_size=16)
     model = ModelConfig(vocab_size=corpus.vocab_size, block_size=16, n_layer=2, n_head=2, d_model=16)
     dense = ensure_dense_checkpoint(
         corpus, model, PretrainConfig(steps=4, batch_size=4), tmp_path, eval_tokens=512
     )
-    setup = TrialSetup(
-        corpus, dense, TrialBudget(prune_steps=2, finetune_steps=4, batch_size=4, eval_tokens=512)
+    budget = TrialBudget(
+        prune_steps=prune_steps, finetune_steps=finetune_steps, batch_size=4, eval_tokens=512
     )
+    return TrialSetup(corpus, dense, budget)
+
+
+def test_a_rung_scores_its_subset_and_the_trial_ends_on_the_whole_slice(tmp_path, small_text):
+    """A rung at the last step scores the model the trial ends with: on the whole slice it gives
+    the final perplexity, on a subset (``rung_eval_tokens``) that subset's."""
+    from trainers.data import eval_windows, rung_windows
+    from trainers.export import load_model
+    from trainers.hparams import TrialHParams
+    from trainers.training import mean_loss
+    from trainers.trial import run_trial
+
+    setup = tiny_trial_setup(tmp_path, small_text, prune_steps=2, finetune_steps=4)
+    corpus = setup.corpus
     hp = TrialHParams(method="importance", sparsity=0.5)
     reports = []
     whole = run_trial(setup, hp, rungs=(1.0,), report_rung=reports.append)
@@ -352,19 +362,10 @@ def test_every_method_reaches_a_rung_after_as_many_weight_updates(tmp_path, smal
     """Found in review: rungs were fractions of each trial's own fine-tuning, so a gated method
     (its weights trained while choosing) was compared after prune_steps + 1/9 of fine-tuning with
     importance (nothing trained while choosing) after 1/9 of its longer fine-tuning alone."""
-    from trainers.data import Corpus
-    from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams
-    from trainers.model import ModelConfig
-    from trainers.pretrain import ensure_dense_checkpoint
-    from trainers.trial import TrialSetup, run_trial
+    from trainers.hparams import TrialHParams
+    from trainers.trial import run_trial
 
-    corpus = Corpus.load(small_text, block_size=16)
-    model = ModelConfig(vocab_size=corpus.vocab_size, block_size=16, n_layer=2, n_head=2, d_model=16)
-    dense = ensure_dense_checkpoint(
-        corpus, model, PretrainConfig(steps=4, batch_size=4), tmp_path, eval_tokens=512
-    )
-    budget = TrialBudget(prune_steps=4, finetune_steps=8, batch_size=4, eval_tokens=512)
-    setup = TrialSetup(corpus, dense, budget)
+    setup = tiny_trial_setup(tmp_path, small_text, prune_steps=4, finetune_steps=8)
     updates = {}
     for method in ("importance", "l0_target"):
         reports = []
