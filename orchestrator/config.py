@@ -64,6 +64,9 @@ class StudySettings:
     gap_fill_every: int = bounded(
         0, 0, doc="after the start-up, every N-th trial fills the front's widest gap (0: none; README)"
     )
+    warm_start: bool = bounded(
+        False, doc="a trial prunes the front's next larger model, not the dense one (README: warm starts)"
+    )
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from orchestrator.front_gaps import gap_fill_point
 from orchestrator.progress import say
 from orchestrator.records import OBJECTIVES, record_result
 from orchestrator.search_space import Range, SearchSpace
+from orchestrator.warm_start import parent_for
 from trainers.hparams import TrialHParams
 from trainers.trial import TRANSIENT_ERRORS, RungReport, TrialSetup, run_trial
 
@@ -79,7 +80,8 @@ def train_on_worker(
     failure is reported as a result (type and message), so that Tune does not run it again; a
     transient one (``TRANSIENT_ERRORS``) is raised, and Tune retries it like a dead worker. The
     dense control reports no rungs: early stopping never stops it, so scoring it there would be
-    compute spent for nothing. ``config["seed"]``, where given, replaces the study's (a
+    compute spent for nothing. ``config["parent_dir"]``, where given, is the model a warm-started
+    trial starts from (orchestrator/warm_start.py). ``config["seed"]``, where given, replaces the study's (a
     replicate: the same trial on other batches); without ``config["model_dir"]`` nothing is
     saved."""
     import torch
@@ -98,6 +100,7 @@ def train_on_worker(
             hparams,
             save_dir=Path(config["model_dir"]) if config.get("model_dir") else None,
             resume_dirs=[Path(p) for p in config.get("resume_dirs", [])],
+            parent=Path(config["parent_dir"]) if config.get("parent_dir") else None,
             rungs=() if hparams.method == "dense" else rungs,
             report_rung=reporter,
             rung_eval_tokens=rung_eval_tokens,
@@ -138,6 +141,7 @@ class StudyDriver:
         on_finished: Callable[[int], None],
         spread_trials: int = 0,
         gap_fill_every: int = 0,
+        warm_start: bool = False,
         proposer: Proposer | None = None,
         trial_cpu_seconds_budget: float | None = None,
         still_leased: Callable[[], bool] = lambda: True,
@@ -150,6 +154,7 @@ class StudyDriver:
         self.n_trials, self.max_failed = n_trials, max_failed
         self.spread_trials = spread_trials  # the first trials after the dense control spread sparsity
         self.gap_fill_every = gap_fill_every  # then every N-th fills the front's widest gap
+        self.warm_start = warm_start  # a trial starts from the front's next larger model (warm_start.py)
         self.proposer = proposer  # and the others, if given, take its point ([study] sampler gp, nsga2)
         self.on_finished = on_finished
         self.models_dir = models_dir  # <artifacts>/trials/<storage.models_folder>: a folder per trial
@@ -202,10 +207,15 @@ class StudyDriver:
         model_dir = self.models_dir / str(trial.number)
         trial.set_user_attr("hparams", hparams)
         trial.set_user_attr("model_dir", str(model_dir))
+        parent = parent_for(self.study.get_trials(deepcopy=False), hparams) if self.warm_start else None
+        if parent is not None:
+            trial.set_user_attr("warm_start_from", parent.number)
+            trial.set_user_attr("parent_dir", parent.user_attrs["model_dir"])
         self.live[tune_trial_id] = trial
         self.started[tune_trial_id] = time.time()
         target = f" sparsity {hparams['sparsity']:.2f}" if "sparsity" in hparams else ""
-        say(f"trial {trial.number}: started  {hparams['method']}{target}")
+        source = f" from trial {parent.number}" if parent is not None else ""
+        say(f"trial {trial.number}: started  {hparams['method']}{target}{source}")
         # A retry of a trial whose driver died resumes from that trial's checkpoint, if it left one.
         retry_of = trial.user_attrs.get("retry_of")
         resume = [str(model_dir)] + ([str(self.models_dir / str(retry_of))] if retry_of is not None else [])
@@ -214,6 +224,7 @@ class StudyDriver:
             "hparams": hparams,
             "model_dir": str(model_dir),
             "resume_dirs": resume,
+            "parent_dir": parent.user_attrs["model_dir"] if parent is not None else "",
         }
 
     def _out_of_budget(self) -> bool:

@@ -77,6 +77,9 @@ class Job:
     hparams: dict[str, Any]
     study_perplexity: float  # the point's own, at the study's seed
     n_params: int  # the point's own
+    # A warm-started point's parent (orchestrator/warm_start.py): its replicates start from the
+    # same model, so they measure the point's own trial at another seed, not its whole lineage.
+    parent_dir: str = ""
 
 
 def replicate_seeds(study_seed: int, n_seeds: int) -> list[int]:
@@ -92,7 +95,14 @@ def plan(
     for yet, seed by seed (a run stopped half-way has whole seeds of the front); a point measured
     under another setup (``elsewhere``, ``records.measured_elsewhere``) at the study's seed too."""
     return [
-        Job(row["trial_number"], seed, json.loads(row["params"]), row["val_perplexity"], row["n_params"])
+        Job(
+            row["trial_number"],
+            seed,
+            json.loads(row["params"]),
+            row["val_perplexity"],
+            row["n_params"],
+            row.get("parent_dir", ""),
+        )
         for seed in [study_seed, *seeds]
         for row in points
         if (seed != study_seed or row["trial_number"] in elsewhere)
@@ -102,11 +112,15 @@ def plan(
 
 def points_to_replicate(study: optuna.Study, front: list[dict]) -> list[dict]:
     """The front's rows, and the dense control's where it is not on the front: every ratio to
-    dense is read at the same seed (the same batches), so the reference is replicated too."""
-    control = dense_control(study.get_trials(deepcopy=False))
-    if control is None or control.number in {row["trial_number"] for row in front}:
-        return front
-    return [*front, TrialRecord.from_trial(control).row()]
+    dense is read at the same seed (the same batches), so the reference is replicated too. Each
+    row names the model a warm-started point started from (``parent_dir``; "" for none)."""
+    trials = study.get_trials(deepcopy=False)
+    control = dense_control(trials)
+    rows = front
+    if control is not None and control.number not in {row["trial_number"] for row in front}:
+        rows = [*front, TrialRecord.from_trial(control).row()]
+    parents = {t.number: t.user_attrs.get("parent_dir", "") for t in trials}
+    return [{**row, "parent_dir": parents.get(row["trial_number"], "")} for row in rows]
 
 
 def check_same_setup(stored: dict, cfg: StudyConfig, study_name: str) -> None:
@@ -195,7 +209,7 @@ def replicate_on_worker(config: dict, setup: TrialSetup) -> None:
     """The Tune trainable: one front point's trial at another seed (``train_on_worker``), no
     rungs, no model saved (the replicate measures the point; its model is not exported)."""
     job = config["job"]
-    train_on_worker({"hparams": job["hparams"], "seed": job["seed"]}, setup)
+    train_on_worker({"hparams": job["hparams"], "seed": job["seed"], "parent_dir": job["parent_dir"]}, setup)
 
 
 @dataclass

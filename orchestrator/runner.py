@@ -338,6 +338,7 @@ def _run_leased(
         on_finished=lambda number: _after_trial(store, study, driver, number),
         spread_trials=startup,
         gap_fill_every=cfg.study.gap_fill_every,
+        warm_start=cfg.study.warm_start,
         proposer=make_proposer(
             cfg.study.sampler, seed=seed, study_seed=cfg.study.seed, startup=startup, space=space
         ),

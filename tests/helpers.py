@@ -49,6 +49,26 @@ def default_study_driver(tmp_path: Path, **options):
     )
 
 
+def tiny_trial_setup(tmp_path, text, prune_steps: int, finetune_steps: int, n_head: int = 2):
+    """A 2-layer model of ``n_head`` heads a layer pretrained for 4 steps on ``text``, and trials
+    of these budgets."""
+    from trainers.data import Corpus
+    from trainers.hparams import PretrainConfig, TrialBudget
+    from trainers.model import ModelConfig
+    from trainers.pretrain import ensure_dense_checkpoint
+    from trainers.trial import TrialSetup
+
+    corpus = Corpus.load(text, block_size=16)
+    model = ModelConfig(vocab_size=corpus.vocab_size, block_size=16, n_layer=2, n_head=n_head, d_model=16)
+    dense = ensure_dense_checkpoint(
+        corpus, model, PretrainConfig(steps=4, batch_size=4), tmp_path, eval_tokens=512
+    )
+    budget = TrialBudget(
+        prune_steps=prune_steps, finetune_steps=finetune_steps, batch_size=4, eval_tokens=512
+    )
+    return TrialSetup(corpus, dense, budget)
+
+
 def free_port() -> int:
     """A TCP port nothing listens on now (the OS picks it)."""
     import socket

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import optuna
 import pytest
 import torch
+from helpers import tiny_trial_setup
 from ray.tune.schedulers import TrialScheduler
 
 from orchestrator.config import EarlyStopping, load_study_config
@@ -313,25 +314,6 @@ def test_a_rung_scores_every_kth_window_spread_over_the_whole_slice():
     assert rung_windows((x, x), max_tokens=1_000)[0].shape == x.shape  # a larger budget: all of it
     assert rung_windows((x, x), max_tokens=1)[0].shape == (1, 4)  # at least one window
     assert rung_windows((x, x), max_tokens=0)[0].shape == x.shape  # 0: the whole slice
-
-
-def tiny_trial_setup(tmp_path, text, prune_steps: int, finetune_steps: int):
-    """A 2-layer, 2-head model pretrained for 4 steps on ``text``, and trials of these budgets."""
-    from trainers.data import Corpus
-    from trainers.hparams import PretrainConfig, TrialBudget
-    from trainers.model import ModelConfig
-    from trainers.pretrain import ensure_dense_checkpoint
-    from trainers.trial import TrialSetup
-
-    corpus = Corpus.load(text, block_size=16)
-    model = ModelConfig(vocab_size=corpus.vocab_size, block_size=16, n_layer=2, n_head=2, d_model=16)
-    dense = ensure_dense_checkpoint(
-        corpus, model, PretrainConfig(steps=4, batch_size=4), tmp_path, eval_tokens=512
-    )
-    budget = TrialBudget(
-        prune_steps=prune_steps, finetune_steps=finetune_steps, batch_size=4, eval_tokens=512
-    )
-    return TrialSetup(corpus, dense, budget)
 
 
 def test_a_rung_scores_its_subset_and_the_trial_ends_on_the_whole_slice(tmp_path, small_text):

@@ -79,6 +79,20 @@ def test_the_plan_runs_each_front_point_at_each_seed_it_has_no_result_for():
     )
 
 
+def test_a_warm_started_point_is_replicated_from_the_same_parent():
+    """Its replicates start from the model it started from (``parent_dir``), not from dense."""
+    study = optuna.create_study(directions=["minimize", "minimize"])
+    add_complete(study, 5.0, 100, control=True)
+    add_complete(study, 5.1, 60)
+    add_complete(study, 5.4, 40, warm_start_from=1, parent_dir="/artifacts/trials/s/1")
+    front = [
+        {"trial_number": n, "val_perplexity": v, "n_params": p, "params": json.dumps({"method": m})}
+        for n, v, p, m in ((0, 5.0, 100, "dense"), (1, 5.1, 60, "importance"), (2, 5.4, 40, "importance"))
+    ]
+    jobs = plan(points_to_replicate(study, front), {}, [1], study_seed=0, elsewhere=set())
+    assert [(j.trial_number, j.parent_dir) for j in jobs] == [(0, ""), (1, ""), (2, "/artifacts/trials/s/1")]
+
+
 def test_a_study_file_that_trains_or_scores_otherwise_is_refused_by_its_resolved_values(tmp_path):
     from orchestrator.config import load_study_config
 

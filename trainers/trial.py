@@ -1,5 +1,8 @@
 """One trial: dense checkpoint -> prune -> remove heads physically -> fine-tune -> evaluate.
 
+Or, warm-started (``run_trial``'s ``parent``), the same from a larger model an earlier trial of the
+study pruned and fine-tuned: iterative pruning (docs/methods.md, warm starts).
+
 A trial is a plain function of (setup, hyperparameters, progress callback); it knows nothing of
 Optuna, Ray or databases and can be run and tested alone.
 """
@@ -9,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -17,7 +20,7 @@ import torch
 from trainers.data import Corpus, eval_windows, rung_windows
 from trainers.distillation import PeerDistillation
 from trainers.export import WEIGHTS, CorruptModel, load_model, read_config, save_model
-from trainers.gates import check_reachable
+from trainers.gates import check_reachable, heads_to_keep
 from trainers.hparams import TARGET_METHODS, TrialBudget, TrialHParams
 from trainers.pretrain import DenseCheckpoint, load_dense
 from trainers.pruning import PruneContext, PruneOutcome, plain_loss, prune
@@ -107,6 +110,50 @@ def _resume_point(dirs: list[Path], hp: TrialHParams, identity: dict, device: to
     return None
 
 
+@dataclass(frozen=True)
+class Parent:
+    """A warm start: the pruned, fine-tuned model an earlier trial saved (``save_dir``)."""
+
+    model: torch.nn.Module
+    kept_heads: list[list[int]]  # its heads, as indices of the dense model's
+    identity: dict  # what a retry's checkpoint must match: the folder and its weights
+
+
+def load_parent(folder: Path, setup: TrialSetup, device: torch.device) -> Parent:
+    """The model a trial saved in ``folder``, checked to be a pruning of this study's dense
+    checkpoint (the same weights it started from, fewer heads per layer): a folder of another
+    study, another dense model or an older version is a ``ValueError`` naming it."""
+    meta = read_config(folder)  # CorruptModel (a ValueError) for a folder cut short or altered
+    dense_weights = _dense_weights(setup)
+    if meta.get("dense_weights") != dense_weights or not isinstance(meta.get("kept_heads"), list):
+        raise ValueError(f"{folder}: not a model pruned from this study's dense checkpoint")
+    model, _ = load_model(folder, device=str(device))
+    kept = meta["kept_heads"]
+    dense_heads = list(setup.dense.model_config.layer_heads)
+    sizes_match = [len(k) for k in kept] == list(model.cfg.layer_heads)
+    if not sizes_match or any(len(k) > n or max(k, default=0) >= n for k, n in zip(kept, dense_heads)):
+        raise ValueError(f"{folder}: its kept heads do not fit the dense model's {dense_heads}")
+    identity = {"parent": str(folder), "parent_weights": meta["sha256"][WEIGHTS]}
+    return Parent(model.train(), kept, identity)
+
+
+def target_from(parent_heads: list[int], dense_heads: list[int], hp: TrialHParams) -> TrialHParams:
+    """``hp`` for pruning a parent that keeps ``parent_heads``: ``sparsity`` is a fraction of the
+    dense model's heads, so the heads removed from the parent are those the target keeps fewer
+    of. A parent keeping no more heads than the target is a ``ValueError``: nothing to remove."""
+    if hp.method not in TARGET_METHODS:
+        raise ValueError(f"method {hp.method!r} takes no sparsity target: it cannot start from a parent")
+    keep, have = heads_to_keep(sum(dense_heads), hp.sparsity), sum(parent_heads)
+    if keep >= have:
+        raise ValueError(f"the parent keeps {have} heads, the target {keep}: nothing to remove")
+    return replace(hp, sparsity=1.0 - keep / have)
+
+
+def _dense_weights(setup: TrialSetup) -> str | None:
+    # the weights at the dense path: a checkpoint found corrupt and trained again is another model
+    return read_config(setup.dense.path, verify=False).get("sha256", {}).get(WEIGHTS)
+
+
 def evaluation_windows(setup: TrialSetup) -> tuple[torch.Tensor, torch.Tensor]:
     """The study's evaluation slice, the same for every trial: a trial's final perplexity
     scores all of it, a rung ``rung_windows`` of it."""
@@ -122,9 +169,13 @@ def run_trial(
     rungs: Sequence[float] = (),
     report_rung: Callable[[RungReport], None] | None = None,
     rung_eval_tokens: int = 0,
+    parent: Path | None = None,
 ) -> TrialResult:
     """Prune, fine-tune, evaluate. With ``save_dir``, write the pruned model there, and a
-    checkpoint after pruning that a retry (``resume_dirs``) continues from. At each fraction in
+    checkpoint after pruning that a retry (``resume_dirs``) continues from. With ``parent`` (a
+    ``save_dir`` of an earlier trial on the same dense checkpoint, ``load_parent``), start from
+    that model and remove heads from those it kept, down to the same target; distillation's
+    teacher stays the dense model. At each fraction in
     ``rungs`` of the fine-tuning budget (counted in weight updates since the trial began,
     ``prune_steps + fraction x finetune_steps``: the same for every method), score the validation
     slice (``rung_eval_tokens`` of it, spread over it; 0: all) and pass it to ``report_rung``
@@ -139,19 +190,25 @@ def run_trial(
     torch.manual_seed(setup.seed)
     # Every trial draws the same batches: differences between trials come from hyperparameters.
     generator = torch.Generator().manual_seed(setup.seed)
-    model = load_dense(setup.dense, device)
+    dense = load_dense(setup.dense, device)
     loss_fn = plain_loss
     if hp.distill:
-        loss_fn = PeerDistillation(model, hp.distill_layer, hp.distill_logit)
+        loss_fn = PeerDistillation(dense, hp.distill_layer, hp.distill_logit)
     seconds: dict[str, float] = {}
 
     identity = {
         "seed": setup.seed,
         "dense": str(setup.dense.path),
-        # the weights at that path: a checkpoint found corrupt and trained again is another model
-        "dense_weights": read_config(setup.dense.path, verify=False).get("sha256", {}).get(WEIGHTS),
+        "dense_weights": _dense_weights(setup),
         "budget": asdict(budget),
     }
+    model, prune_hp, started_from = dense, hp, [list(range(n)) for n in heads]
+    if parent is not None:
+        warm = load_parent(Path(parent), setup, device)
+        model, started_from = warm.model, warm.kept_heads
+        prune_hp = target_from(list(model.cfg.layer_heads), heads, hp)
+        identity.update(warm.identity)
+        del dense  # the teacher holds its own copy
     resumed = _resume_point([Path(d) for d in resume_dirs], hp, identity, device)
     if resumed:
         model, outcome, seconds["prune"], generator_state = resumed
@@ -162,7 +219,7 @@ def run_trial(
         context = PruneContext(
             model,
             setup.corpus.train,
-            hp,
+            prune_hp,
             steps=budget.prune_steps,
             batch_size=budget.batch_size,
             generator=generator,
@@ -232,13 +289,14 @@ def run_trial(
     speed = tokens_per_second(model, windows[0][: budget.batch_size])
     seconds["eval"] = time.perf_counter() - start
 
+    kept_heads = [[started_from[layer][i] for i in sorted(k)] for layer, k in enumerate(outcome.keep)]
     if save_dir is not None:
-        save_model(
-            model,
-            setup.corpus.tokenizer,
-            save_dir,
-            extra={"hparams": hp.to_dict(), "val_perplexity": ppl, "bits_per_byte": bpb},
-        )
+        extra = {"hparams": hp.to_dict(), "val_perplexity": ppl, "bits_per_byte": bpb}
+        # what a later trial warm-started from this one checks (load_parent)
+        extra.update(kept_heads=kept_heads, dense_weights=identity["dense_weights"])
+        if parent is not None:
+            extra["parent"] = str(parent)
+        save_model(model, setup.corpus.tokenizer, save_dir, extra=extra)
     n_kept = sum(len(k) for k in outcome.keep)
     return TrialResult(
         val_perplexity=ppl,
@@ -247,7 +305,7 @@ def run_trial(
         n_params_nonembed=nonembed,
         sparsity=1.0 - n_kept / sum(heads),
         heads_per_layer=[len(k) for k in outcome.keep],
-        kept_heads=outcome.keep,
+        kept_heads=kept_heads,
         method=hp.method,
         tokens_per_s=speed,
         phase_seconds=seconds,

@@ -1,0 +1,158 @@
+"""Warm starts (``[study] warm_start``): a trial prunes an earlier trial's smaller model; the
+parent it is given (``orchestrator/warm_start.py``) and what ``run_trial`` does with it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+from helpers import HEADS, n_params, per_layer, tiny_trial_setup, worker_result
+
+from orchestrator.warm_start import parent_for
+from trainers.export import CONFIG, load_model
+from trainers.hparams import TrialHParams
+from trainers.trial import run_trial
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def saved(folder: Path) -> str:
+    """A folder standing for a trial's saved model (``parent_for`` checks only that it is there)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / CONFIG).write_text("{}")
+    return str(folder)
+
+
+def finished(kept: int, ppl: float, folder: str | None, **attrs) -> optuna.trial.FrozenTrial:
+    """A COMPLETE trial as the driver records it, its model saved in ``folder``."""
+    recorded = {"heads_per_layer": per_layer(kept), "sparsity": 1 - kept / HEADS, **attrs}
+    if folder is not None:
+        recorded["model_dir"] = folder
+    return optuna.trial.create_trial(values=[ppl, n_params(kept)], user_attrs=recorded)
+
+
+def test_the_parent_is_the_smallest_front_model_larger_than_the_target(tmp_path):
+    control = finished(32, 4.60, saved(tmp_path / "0"), dense_control=True)
+    large = finished(24, 4.69, saved(tmp_path / "1"))
+    middle = finished(16, 4.80, saved(tmp_path / "2"))
+    dominated = finished(12, 5.50, saved(tmp_path / "3"))  # 11 heads below do better
+    small = finished(11, 5.00, saved(tmp_path / "4"))
+    trials = [control, large, middle, dominated, small]
+    for number, trial in enumerate(trials):
+        trial.number = number
+
+    def parent(sparsity: float, method: str = "importance", among=trials):
+        found = parent_for(among, {"method": method, "sparsity": sparsity})
+        return None if found is None else found.number
+
+    assert parent(1 - 8 / 32) == 4  # 8 heads: from the 11-head point, not the dominated 12
+    assert parent(1 - 12 / 32) == 2  # 12 heads: 16 is the smallest larger one on the front
+    assert parent(1 - 16 / 32) == 1  # a point of the target's own size is not larger
+    assert parent(1 - 28 / 32) is None  # only the dense control is larger: the dense checkpoint
+    assert parent(1 - 8 / 32, method="l0_penalty") is None  # no sparsity target to prune down to
+    assert parent(1 - 8 / 32, method="topk") == 4  # a gate method with a target is warm-started too
+    (tmp_path / "4" / CONFIG).unlink()  # its model is not on this machine's disk
+    assert parent(1 - 8 / 32) == 2
+    unsaved = finished(10, 4.90, None)  # a trial that recorded no folder
+    unsaved.number = 5
+    assert parent(1 - 8 / 32, among=[*trials, unsaved]) == 2
+
+
+def test_the_driver_hands_a_trial_its_parent_and_records_it(tmp_path):
+    """The default study's start-up, warm starts on: 0.875 and 0.4625 (4 and 17 heads) have no
+    larger front point but the dense control; 0.66875 (11 heads) starts from the 17-head trial."""
+    from helpers import default_study_driver
+
+    driver = default_study_driver(tmp_path, startup=4, spread_trials=3, warm_start=True)
+    configs = {}
+
+    def run(name: str, ppl: float) -> dict:
+        configs[name] = config = driver.next_config(name)
+        hparams = config["hparams"] if name != "dense" else {**config["hparams"], "sparsity": 0.0}
+        saved(Path(config["model_dir"]))  # the worker saves the model there
+        driver.finish(name, worker_result(hparams, ppl), None)
+        return config
+
+    run("dense", 4.60)
+    assert run("s0", 6.27)["parent_dir"] == ""
+    assert run("s1", 4.80)["parent_dir"] == ""
+    third = run("s2", 5.00)
+    trials = {t.number: t for t in driver.study.get_trials()}
+    s1 = configs["s1"]["optuna_trial"]
+    assert third["parent_dir"] == configs["s1"]["model_dir"]
+    assert trials[third["optuna_trial"]].user_attrs["warm_start_from"] == s1
+    assert "warm_start_from" not in trials[configs["s0"]["optuna_trial"]].user_attrs
+
+    cold = default_study_driver(tmp_path / "off", startup=4, spread_trials=3)  # the default: off
+    for name in ("dense", "s0", "s1", "s2"):
+        config = cold.next_config(name)
+        assert config["parent_dir"] == ""
+        hparams = config["hparams"] if name != "dense" else {**config["hparams"], "sparsity": 0.0}
+        cold.finish(name, worker_result(hparams, 5.0), None)
+
+
+def test_a_warm_started_trial_prunes_its_parents_heads_from_its_weights(tmp_path, small_text):
+    """A 2-layer, 4-head model: the parent keeps 6 of 8 heads, the child 4 of those 6. With the
+    child's rate at 0 (importance trains nothing while choosing), its weights outside attention
+    are the parent's exactly, not the dense checkpoint's."""
+    setup = tiny_trial_setup(tmp_path, small_text, prune_steps=2, finetune_steps=4, n_head=4)
+    parent_hp = TrialHParams(method="importance", sparsity=0.25, lr=1e-2)
+    parent = run_trial(setup, parent_hp, save_dir=tmp_path / "parent")
+    child_hp = TrialHParams(method="importance", sparsity=0.5, lr=0.0)
+    child = run_trial(setup, child_hp, save_dir=tmp_path / "child", parent=tmp_path / "parent")
+
+    assert sum(parent.heads_per_layer) == 6 and sum(child.heads_per_layer) == 4
+    assert child.sparsity == 0.5
+    for kept_by_child, kept_by_parent in zip(child.kept_heads, parent.kept_heads, strict=True):
+        assert set(kept_by_child) <= set(kept_by_parent)  # indices of the dense model's heads
+    meta = json.loads((tmp_path / "child" / CONFIG).read_text())
+    assert meta["kept_heads"] == child.kept_heads and meta["parent"] == str(tmp_path / "parent")
+
+    def embedding(folder: Path):
+        model, _ = load_model(folder)
+        return model.state_dict()["tok_emb.weight"]
+
+    child_weights, parent_weights = embedding(tmp_path / "child"), embedding(tmp_path / "parent")
+    assert child_weights.equal(parent_weights)
+    assert not child_weights.equal(embedding(setup.dense.path))  # the parent's training moved them
+
+
+def test_a_parent_that_cannot_be_pruned_down_to_the_target_is_refused(tmp_path, small_text):
+    setup = tiny_trial_setup(tmp_path, small_text, prune_steps=2, finetune_steps=2, n_head=4)
+    run_trial(setup, TrialHParams(method="importance", sparsity=0.5), save_dir=tmp_path / "half")
+    with pytest.raises(ValueError, match="parent keeps 4 heads, the target 4: nothing to remove"):
+        run_trial(setup, TrialHParams(method="importance", sparsity=0.5), parent=tmp_path / "half")
+    with pytest.raises(ValueError, match="takes no sparsity target"):
+        run_trial(setup, TrialHParams(method="l0_penalty"), parent=tmp_path / "half")
+    foreign = tmp_path / "foreign"  # the same model, as if pruned from another dense checkpoint
+    foreign.mkdir()
+    for file in (tmp_path / "half").iterdir():
+        if file.is_file():
+            (foreign / file.name).write_bytes(file.read_bytes())
+    meta = json.loads((foreign / CONFIG).read_text())
+    (foreign / CONFIG).write_text(json.dumps({**meta, "dense_weights": "0" * 64}))
+    with pytest.raises(ValueError, match="not a model pruned from this study's dense checkpoint"):
+        run_trial(setup, TrialHParams(method="importance", sparsity=0.75), parent=foreign)
+    run_trial(setup, TrialHParams(method="importance", sparsity=0.75), parent=tmp_path / "half")
+
+
+@pytest.mark.slow
+def test_the_smoke_study_with_warm_starts_prunes_a_trial_from_its_parent(tmp_path):
+    """Through launch-study and Ray: the smoke study's start-up keeps 2, 4 and 3 of its 8 heads;
+    the third starts from the second (4 heads, the smallest larger point) and keeps 3 of its."""
+    from helpers import SMOKE, heads, launch, leftover_ray_processes, ray_processes
+
+    before = ray_processes()
+    run = launch("run", str(SMOKE), "--n-trials", "4", "--set", "study.warm_start=true", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert not leftover_ray_processes(before)
+    study = optuna.load_study(study_name="smoke", storage=f"sqlite:///{tmp_path}/runs/smoke.db")
+    trials = study.get_trials()
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * 4
+    assert [sum(heads(t)) for t in trials[1:]] == [2, 4, 3]
+    assert [t.user_attrs.get("warm_start_from") for t in trials] == [None, None, None, 2]
+    assert "trial 3: started  l0_target sparsity 0.62 from trial 2" in run.stderr
+    child, parent = trials[3].user_attrs["kept_heads"], trials[2].user_attrs["kept_heads"]
+    assert all(set(c) <= set(p) for c, p in zip(child, parent, strict=True))
