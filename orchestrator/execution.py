@@ -169,6 +169,7 @@ class StudyDriver:
         self.dense_control_pending = not any(t.user_attrs.get("dense_control") for t in finished)
         self.setup: str | None = None  # config.setup_digest, once the dense checkpoint is known
         self.rung_context: str | None = None  # runner.rung_context: what its rung points compare under
+        self.dense_weights: str | None = None  # trainers.trial.dense_weights: what a parent was pruned from
         self.live: dict[str, optuna.Trial] = {}  # Tune trial id -> Optuna trial
         self.started: dict[str, float] = {}
         self.curves: dict[str, list[list[float]]] = {}  # Tune trial id -> rung reports so far
@@ -207,7 +208,10 @@ class StudyDriver:
         model_dir = self.models_dir / str(trial.number)
         trial.set_user_attr("hparams", hparams)
         trial.set_user_attr("model_dir", str(model_dir))
-        parent = parent_for(self.study.get_trials(deepcopy=False), hparams) if self.warm_start else None
+        parent = None
+        if self.warm_start:
+            found = self.study.get_trials(deepcopy=False)
+            parent = parent_for(found, hparams, setup=self.setup, dense_weights=self.dense_weights)
         if parent is not None:
             trial.set_user_attr("warm_start_from", parent.number)
             trial.set_user_attr("parent_dir", parent.user_attrs["model_dir"])

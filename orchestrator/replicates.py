@@ -63,6 +63,7 @@ from orchestrator.storage import (
     record_replicate,
     redact_command,
 )
+from trainers.export import CONFIG
 from trainers.trial import TrialSetup
 
 MAX_SEEDS = 100  # more would be a typing mistake: each seed retrains the whole front
@@ -121,6 +122,19 @@ def points_to_replicate(study: optuna.Study, front: list[dict]) -> list[dict]:
         rows = [*front, TrialRecord.from_trial(control).row()]
     parents = {t.number: t.user_attrs.get("parent_dir", "") for t in trials}
     return [{**row, "parent_dir": parents.get(row["trial_number"], "")} for row in rows]
+
+
+def check_parents(points: list[dict]) -> None:
+    """A warm-started point's replicates start from its parent's saved model: one whose folder is
+    not there (another ``--artifacts``, another machine, a folder cleaned away) is refused,
+    naming it, before anything runs."""
+    for row in points:
+        folder = row.get("parent_dir")
+        if folder and not (Path(folder) / CONFIG).is_file():
+            raise UserError(
+                f"trial {row['trial_number']} started from the model in {folder}, which is not there: "
+                "replicate with the --artifacts folder the study ran with"
+            )
 
 
 def check_same_setup(stored: dict, cfg: StudyConfig, study_name: str) -> None:
@@ -256,7 +270,7 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
             points_to_replicate(study, front), done, seeds, study_seed=cfg.study.seed, elsewhere=elsewhere
         )
 
-    front_now()  # a study without a front is refused before anything is written
+    check_parents(points_to_replicate(study, front_now()))  # refused before anything is written
     corpus, model_cfg = prepare_inputs(cfg, cache_dir=opts.artifacts / "cache")  # checked as run does
     create_own_tables(store)  # the replicates' table; a database of an earlier version gains columns
     with hold_lease(store, opts.study_name, cfg.study.lease_seconds) as lease:

@@ -65,7 +65,7 @@ from trainers.data import Corpus, CorpusError, rung_windows
 from trainers.families import FamilyConfig
 from trainers.model import ModelConfig
 from trainers.pretrain import DenseCheckpoint, ensure_dense_checkpoint
-from trainers.trial import TrialSetup, evaluation_windows
+from trainers.trial import TrialSetup, dense_weights, evaluation_windows
 
 
 @dataclass
@@ -355,6 +355,7 @@ def _run_leased(
         # What the trials of this run are measured under, stored together (a run that trains
         # nothing changes none of them): the configuration, the dense checkpoint, their digest.
         driver.setup = setup_digest(cfg, dense.val_perplexity)
+        driver.dense_weights = dense_weights(dense)
         study.set_user_attr("config", cfg.raw)
         study.set_user_attr("dense_val_perplexity", dense.val_perplexity)
         study.set_user_attr("setup", driver.setup)

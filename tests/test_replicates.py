@@ -31,7 +31,14 @@ from test_cli_errors import assert_user_error, study_file
 from orchestrator.errors import UserError
 from orchestrator.execution import ERROR_KEY, RESULT_KEY
 from orchestrator.export import Replicated, seed_columns
-from orchestrator.replicates import ReplicateRun, check_same_setup, plan, points_to_replicate, replicate_seeds
+from orchestrator.replicates import (
+    ReplicateRun,
+    check_parents,
+    check_same_setup,
+    plan,
+    points_to_replicate,
+    replicate_seeds,
+)
 from orchestrator.storage import (
     ReplicateResult,
     open_store,
@@ -89,8 +96,12 @@ def test_a_warm_started_point_is_replicated_from_the_same_parent():
         {"trial_number": n, "val_perplexity": v, "n_params": p, "params": json.dumps({"method": m})}
         for n, v, p, m in ((0, 5.0, 100, "dense"), (1, 5.1, 60, "importance"), (2, 5.4, 40, "importance"))
     ]
-    jobs = plan(points_to_replicate(study, front), {}, [1], study_seed=0, elsewhere=set())
+    points = points_to_replicate(study, front)
+    jobs = plan(points, {}, [1], study_seed=0, elsewhere=set())
     assert [(j.trial_number, j.parent_dir) for j in jobs] == [(0, ""), (1, ""), (2, "/artifacts/trials/s/1")]
+    # the parent's folder is not on this machine: refused before anything runs, naming it
+    with pytest.raises(UserError, match="trial 2 started from the model in /artifacts/trials/s/1, which"):
+        check_parents(points)
 
 
 def test_a_study_file_that_trains_or_scores_otherwise_is_refused_by_its_resolved_values(tmp_path):

@@ -3,6 +3,7 @@ parent it is given (``orchestrator/warm_start.py``) and what ``run_trial`` does 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -11,17 +12,20 @@ import pytest
 from helpers import HEADS, n_params, per_layer, tiny_trial_setup, worker_result
 
 from orchestrator.warm_start import parent_for
-from trainers.export import CONFIG, load_model
+from trainers.export import CONFIG, WEIGHTS, load_model
 from trainers.hparams import TrialHParams
 from trainers.trial import run_trial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def saved(folder: Path) -> str:
-    """A folder standing for a trial's saved model (``parent_for`` checks only that it is there)."""
+def saved(folder: Path, dense_weights: str = "d") -> str:
+    """A folder as a trial saves its model, as far as ``check_parent`` reads it: weights that
+    match their checksum, the heads it kept, the dense weights it was pruned from."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / CONFIG).write_text("{}")
+    (folder / WEIGHTS).write_bytes(b"weights")
+    meta = {"model": {}, "sha256": {WEIGHTS: hashlib.sha256(b"weights").hexdigest()}}
+    (folder / CONFIG).write_text(json.dumps({**meta, "kept_heads": [[0]], "dense_weights": dense_weights}))
     return str(folder)
 
 
@@ -43,8 +47,8 @@ def test_the_parent_is_the_smallest_front_model_larger_than_the_target(tmp_path)
     for number, trial in enumerate(trials):
         trial.number = number
 
-    def parent(sparsity: float, method: str = "importance", among=trials):
-        found = parent_for(among, {"method": method, "sparsity": sparsity})
+    def parent(sparsity: float, method: str = "importance", among=trials, **context):
+        found = parent_for(among, {"method": method, "sparsity": sparsity}, dense_weights="d", **context)
         return None if found is None else found.number
 
     assert parent(1 - 8 / 32) == 4  # 8 heads: from the 11-head point, not the dominated 12
@@ -53,11 +57,27 @@ def test_the_parent_is_the_smallest_front_model_larger_than_the_target(tmp_path)
     assert parent(1 - 28 / 32) is None  # only the dense control is larger: the dense checkpoint
     assert parent(1 - 8 / 32, method="l0_penalty") is None  # no sparsity target to prune down to
     assert parent(1 - 8 / 32, method="topk") == 4  # a gate method with a target is warm-started too
-    (tmp_path / "4" / CONFIG).unlink()  # its model is not on this machine's disk
+
+    # A point that cannot be a parent is passed over for the next larger one.
+    saved(tmp_path / "4", dense_weights="other")  # pruned from another dense checkpoint
     assert parent(1 - 8 / 32) == 2
+    (tmp_path / "4" / CONFIG).write_text(json.dumps({"model": {}, "sha256": {}}))  # an older version's
+    assert parent(1 - 8 / 32) == 2
+    saved(tmp_path / "4")
+    (tmp_path / "4" / WEIGHTS).write_bytes(b"weigh")  # cut short
+    assert parent(1 - 8 / 32) == 2
+    (tmp_path / "4" / CONFIG).unlink()  # not on this machine's disk
+    assert parent(1 - 8 / 32) == 2
+    saved(tmp_path / "4")
+    assert parent(1 - 8 / 32) == 4
     unsaved = finished(10, 4.90, None)  # a trial that recorded no folder
     unsaved.number = 5
     assert parent(1 - 8 / 32, among=[*trials, unsaved]) == 2
+    # measured under another setup (other budgets, another dense model): passed over
+    for trial, setup in zip(trials, ["a", "a", "a", "a", "b"], strict=True):
+        trial.user_attrs["setup"] = setup
+    assert parent(1 - 8 / 32, setup="a") == 2
+    assert parent(1 - 8 / 32, setup="b") == 4
 
 
 def test_the_driver_hands_a_trial_its_parent_and_records_it(tmp_path):
@@ -66,9 +86,10 @@ def test_the_driver_hands_a_trial_its_parent_and_records_it(tmp_path):
     from helpers import default_study_driver
 
     driver = default_study_driver(tmp_path, startup=4, spread_trials=3, warm_start=True)
+    driver.dense_weights = "d"  # as the runner sets it
     configs = {}
 
-    def run(name: str, ppl: float) -> dict:
+    def run(name: str, ppl: float, driver=driver) -> dict:
         configs[name] = config = driver.next_config(name)
         hparams = config["hparams"] if name != "dense" else {**config["hparams"], "sparsity": 0.0}
         saved(Path(config["model_dir"]))  # the worker saves the model there
@@ -86,11 +107,9 @@ def test_the_driver_hands_a_trial_its_parent_and_records_it(tmp_path):
     assert "warm_start_from" not in trials[configs["s0"]["optuna_trial"]].user_attrs
 
     cold = default_study_driver(tmp_path / "off", startup=4, spread_trials=3)  # the default: off
-    for name in ("dense", "s0", "s1", "s2"):
-        config = cold.next_config(name)
-        assert config["parent_dir"] == ""
-        hparams = config["hparams"] if name != "dense" else {**config["hparams"], "sparsity": 0.0}
-        cold.finish(name, worker_result(hparams, 5.0), None)
+    cold.dense_weights = "d"
+    for name, ppl in zip(("dense", "s0", "s1", "s2"), (4.60, 6.27, 4.80, 5.00), strict=True):
+        assert run(name, ppl, driver=cold)["parent_dir"] == ""
 
 
 def test_a_warm_started_trial_prunes_its_parents_heads_from_its_weights(tmp_path, small_text):
@@ -105,18 +124,28 @@ def test_a_warm_started_trial_prunes_its_parents_heads_from_its_weights(tmp_path
 
     assert sum(parent.heads_per_layer) == 6 and sum(child.heads_per_layer) == 4
     assert child.sparsity == 0.5
-    for kept_by_child, kept_by_parent in zip(child.kept_heads, parent.kept_heads, strict=True):
-        assert set(kept_by_child) <= set(kept_by_parent)  # indices of the dense model's heads
     meta = json.loads((tmp_path / "child" / CONFIG).read_text())
     assert meta["kept_heads"] == child.kept_heads and meta["parent"] == str(tmp_path / "parent")
 
-    def embedding(folder: Path):
+    def weights(folder: Path) -> dict:
         model, _ = load_model(folder)
-        return model.state_dict()["tok_emb.weight"]
+        return model.state_dict()
 
-    child_weights, parent_weights = embedding(tmp_path / "child"), embedding(tmp_path / "parent")
-    assert child_weights.equal(parent_weights)
-    assert not child_weights.equal(embedding(setup.dense.path))  # the parent's training moved them
+    child_w, parent_w = weights(tmp_path / "child"), weights(tmp_path / "parent")
+    assert child_w["tok_emb.weight"].equal(parent_w["tok_emb.weight"])
+    assert not child_w["tok_emb.weight"].equal(weights(setup.dense.path)["tok_emb.weight"])
+
+    # Each of the child's heads is the parent's head of the same dense index, unchanged: its
+    # recorded indices are the dense model's, mapped through the parent's.
+    def head(out_projection, index: int):  # a head's columns of W_O (d_model 16, 4 heads)
+        return out_projection[:, index * 4 : (index + 1) * 4]
+
+    for layer, (mine, theirs) in enumerate(zip(child.kept_heads, parent.kept_heads, strict=True)):
+        assert set(mine) <= set(theirs)
+        out_child = child_w[f"blocks.{layer}.attn.proj.weight"]
+        out_parent = parent_w[f"blocks.{layer}.attn.proj.weight"]
+        for position, dense_index in enumerate(mine):
+            assert head(out_child, position).equal(head(out_parent, theirs.index(dense_index)))
 
 
 def test_a_parent_that_cannot_be_pruned_down_to_the_target_is_refused(tmp_path, small_text):
@@ -156,3 +185,19 @@ def test_the_smoke_study_with_warm_starts_prunes_a_trial_from_its_parent(tmp_pat
     assert "trial 3: started  l0_target sparsity 0.62 from trial 2" in run.stderr
     child, parent = trials[3].user_attrs["kept_heads"], trials[2].user_attrs["kept_heads"]
     assert all(set(c) <= set(p) for c, p in zip(child, parent, strict=True))
+
+
+def test_a_retry_resumes_after_pruning_only_from_the_same_parent(tmp_path, small_text):
+    """A retry continues from the checkpoint its first try left after pruning only when it is
+    given the same parent: pruned from another, the checkpoint holds other heads."""
+    setup = tiny_trial_setup(tmp_path, small_text, prune_steps=2, finetune_steps=2, n_head=4)
+    for name, sparsity in (("a", 0.125), ("b", 0.25)):
+        run_trial(setup, TrialHParams(method="importance", sparsity=sparsity), save_dir=tmp_path / name)
+    hp = TrialHParams(method="importance", sparsity=0.5)
+    first = run_trial(setup, hp, save_dir=tmp_path / "try1", parent=tmp_path / "a")
+    again = run_trial(setup, hp, resume_dirs=[tmp_path / "try1"], parent=tmp_path / "a")
+    assert "prune_resumed" in again.phase_seconds and again.kept_heads == first.kept_heads
+    other = run_trial(setup, hp, resume_dirs=[tmp_path / "try1"], parent=tmp_path / "b")
+    assert "prune_resumed" not in other.phase_seconds
+    cold = run_trial(setup, hp, resume_dirs=[tmp_path / "try1"])
+    assert "prune_resumed" not in cold.phase_seconds

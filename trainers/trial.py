@@ -119,14 +119,21 @@ class Parent:
     identity: dict  # what a retry's checkpoint must match: the folder and its weights
 
 
-def load_parent(folder: Path, setup: TrialSetup, device: torch.device) -> Parent:
-    """The model a trial saved in ``folder``, checked to be a pruning of this study's dense
-    checkpoint (the same weights it started from, fewer heads per layer): a folder of another
-    study, another dense model or an older version is a ``ValueError`` naming it."""
-    meta = read_config(folder)  # CorruptModel (a ValueError) for a folder cut short or altered
-    dense_weights = _dense_weights(setup)
+def check_parent(folder: Path, dense_weights: str | None) -> dict:
+    """The config of a model folder a trial may start from, or a ``ValueError`` naming the folder
+    and what is wrong: files cut short or altered (``CorruptModel``), or a model not pruned from
+    the dense checkpoint whose weights' digest is ``dense_weights`` (another study's, another
+    dense model's, or saved by a version that did not record its heads)."""
+    meta = read_config(folder)
     if meta.get("dense_weights") != dense_weights or not isinstance(meta.get("kept_heads"), list):
         raise ValueError(f"{folder}: not a model pruned from this study's dense checkpoint")
+    return meta
+
+
+def load_parent(folder: Path, setup: TrialSetup, device: torch.device) -> Parent:
+    """The model a trial saved in ``folder`` (``check_parent``), its heads a subset of the dense
+    model's, layer by layer."""
+    meta = check_parent(folder, dense_weights(setup.dense))
     model, _ = load_model(folder, device=str(device))
     kept = meta["kept_heads"]
     dense_heads = list(setup.dense.model_config.layer_heads)
@@ -149,9 +156,10 @@ def target_from(parent_heads: list[int], dense_heads: list[int], hp: TrialHParam
     return replace(hp, sparsity=1.0 - keep / have)
 
 
-def _dense_weights(setup: TrialSetup) -> str | None:
-    # the weights at the dense path: a checkpoint found corrupt and trained again is another model
-    return read_config(setup.dense.path, verify=False).get("sha256", {}).get(WEIGHTS)
+def dense_weights(dense: DenseCheckpoint) -> str | None:
+    """The digest of the dense checkpoint's weights: a checkpoint found corrupt and trained again
+    at the same path is another model."""
+    return read_config(dense.path, verify=False).get("sha256", {}).get(WEIGHTS)
 
 
 def evaluation_windows(setup: TrialSetup) -> tuple[torch.Tensor, torch.Tensor]:
@@ -190,7 +198,7 @@ def run_trial(
     torch.manual_seed(setup.seed)
     # Every trial draws the same batches: differences between trials come from hyperparameters.
     generator = torch.Generator().manual_seed(setup.seed)
-    dense = load_dense(setup.dense, device)
+    dense = load_dense(setup.dense, device) if parent is None or hp.distill else None
     loss_fn = plain_loss
     if hp.distill:
         loss_fn = PeerDistillation(dense, hp.distill_layer, hp.distill_logit)
@@ -199,7 +207,7 @@ def run_trial(
     identity = {
         "seed": setup.seed,
         "dense": str(setup.dense.path),
-        "dense_weights": _dense_weights(setup),
+        "dense_weights": dense_weights(setup.dense),
         "budget": asdict(budget),
     }
     model, prune_hp, started_from = dense, hp, [list(range(n)) for n in heads]
@@ -208,7 +216,7 @@ def run_trial(
         model, started_from = warm.model, warm.kept_heads
         prune_hp = target_from(list(model.cfg.layer_heads), heads, hp)
         identity.update(warm.identity)
-        del dense  # the teacher holds its own copy
+        del dense  # the teacher, if any, holds its own copy
     resumed = _resume_point([Path(d) for d in resume_dirs], hp, identity, device)
     if resumed:
         model, outcome, seconds["prune"], generator_state = resumed
