@@ -63,3 +63,18 @@ def test_l0_penalty_and_the_dense_control(setup):
         ),
     )
     assert strong.sparsity > 0.0 and min(strong.heads_per_layer) >= 1
+
+
+def test_a_warm_start_prunes_a_pruned_model_further(setup, tmp_path):
+    """Iterative pruning on every architecture (llama's grouped heads too): the child removes
+    heads from its parent's saved model, keeps a subset of them, and its saved model scores
+    what it recorded."""
+    parent = run_trial(setup, TrialHParams(method="importance", sparsity=0.25), save_dir=tmp_path / "p")
+    hp = TrialHParams(method="importance", sparsity=0.5, importance_batches=1, distill=True)
+    child = run_trial(setup, hp, save_dir=tmp_path / "c", parent=tmp_path / "p")
+    assert sum(parent.heads_per_layer) == heads_to_keep(12, 0.25) and sum(child.heads_per_layer) == 6
+    assert all(set(c) <= set(p) for c, p in zip(child.kept_heads, parent.kept_heads, strict=True))
+    model, _ = load_model(tmp_path / "c")
+    assert list(model.cfg.layer_heads) == child.heads_per_layer
+    windows = eval_windows(setup.corpus.val, 16, 256)
+    assert math.exp(mean_loss(model, windows)) == pytest.approx(child.val_perplexity, rel=1e-5)
