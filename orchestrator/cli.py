@@ -357,6 +357,12 @@ def _dashboard(args: argparse.Namespace) -> int:
         daemon_threads = True  # a request in hand does not keep the process alive
         block_on_close = False
 
+        def handle_error(self, request, client_address) -> None:
+            # A connection that dropped, or that the stopping server closed under a thread still
+            # reading it (EBADF, seen in CI after SIGTERM), is not worth a traceback.
+            if not isinstance(sys.exc_info()[1], OSError):
+                super().handle_error(request, client_address)
+
     class QuietHandler(WSGIRequestHandler):
         """No line per request: the page polls every few seconds (errors are still printed)."""
 
