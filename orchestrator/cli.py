@@ -344,6 +344,7 @@ def _dashboard(args: argparse.Namespace) -> int:
     one-thread server (``run_server``, until December 2026) a signal that came during a request
     was swallowed by wsgiref's handler (it catches everything and answers 500) and the dashboard
     ran on; and a client that connected and sent nothing held the only thread."""
+    import errno
     import socket
     from socketserver import ThreadingMixIn
     from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -360,7 +361,8 @@ def _dashboard(args: argparse.Namespace) -> int:
         def handle_error(self, request, client_address) -> None:
             # A connection that dropped, or that the stopping server closed under a thread still
             # reading it (EBADF, seen in CI after SIGTERM), is not worth a traceback.
-            if not isinstance(sys.exc_info()[1], OSError):
+            error = sys.exc_info()[1]
+            if not (isinstance(error, ConnectionError) or getattr(error, "errno", None) == errno.EBADF):
                 super().handle_error(request, client_address)
 
     class QuietHandler(WSGIRequestHandler):

@@ -124,16 +124,15 @@ def points_to_replicate(study: optuna.Study, front: list[dict]) -> list[dict]:
     return [{**row, "parent_dir": parents.get(row["trial_number"], "")} for row in rows]
 
 
-def check_parents(points: list[dict]) -> None:
-    """A warm-started point's replicates start from its parent's saved model: one whose folder is
-    not there (another ``--artifacts``, another machine, a folder cleaned away) is refused,
-    naming it, before anything runs."""
-    for row in points:
-        folder = row.get("parent_dir")
-        if folder and not (Path(folder) / CONFIG).is_file():
+def check_parents(jobs: list[Job]) -> None:
+    """A warm-started point's replicates start from its parent's saved model: a replicate still to
+    run whose parent's folder is not there (another ``--artifacts``, another machine, a folder
+    cleaned away) is refused, naming it, before anything runs."""
+    for job in jobs:
+        if job.parent_dir and not (Path(job.parent_dir) / CONFIG).is_file():
             raise UserError(
-                f"trial {row['trial_number']} started from the model in {folder}, which is not there: "
-                "replicate with the --artifacts folder the study ran with"
+                f"trial {job.trial_number} started from the model in {job.parent_dir}, which is not "
+                "there: replicate with the --artifacts folder the study ran with"
             )
 
 
@@ -270,7 +269,8 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
             points_to_replicate(study, front), done, seeds, study_seed=cfg.study.seed, elsewhere=elsewhere
         )
 
-    check_parents(points_to_replicate(study, front_now()))  # refused before anything is written
+    # A study without a front, or a replicate whose parent is gone, is refused before anything is written.
+    check_parents(jobs_now()[1])
     corpus, model_cfg = prepare_inputs(cfg, cache_dir=opts.artifacts / "cache")  # checked as run does
     create_own_tables(store)  # the replicates' table; a database of an earlier version gains columns
     with hold_lease(store, opts.study_name, cfg.study.lease_seconds) as lease:

@@ -101,7 +101,8 @@ def test_a_warm_started_point_is_replicated_from_the_same_parent():
     assert [(j.trial_number, j.parent_dir) for j in jobs] == [(0, ""), (1, ""), (2, "/artifacts/trials/s/1")]
     # the parent's folder is not on this machine: refused before anything runs, naming it
     with pytest.raises(UserError, match="trial 2 started from the model in /artifacts/trials/s/1, which"):
-        check_parents(points)
+        check_parents(jobs)
+    check_parents(plan(points, {2: {1: 5.5}}, [1], study_seed=0, elsewhere=set()))  # its replicate is done
 
 
 def test_a_study_file_that_trains_or_scores_otherwise_is_refused_by_its_resolved_values(tmp_path):
