@@ -80,10 +80,10 @@ def train_on_worker(
     failure is reported as a result (type and message), so that Tune does not run it again; a
     transient one (``TRANSIENT_ERRORS``) is raised, and Tune retries it like a dead worker. The
     dense control reports no rungs: early stopping never stops it, so scoring it there would be
-    compute spent for nothing. ``config["parent_dir"]``, where given, is the model a warm-started
-    trial starts from (orchestrator/warm_start.py). ``config["seed"]``, where given, replaces the study's (a
-    replicate: the same trial on other batches); without ``config["model_dir"]`` nothing is
-    saved."""
+    compute spent for nothing. ``config["parent_dir"]``, where given, is the model a
+    warm-started trial starts from (orchestrator/warm_start.py). ``config["seed"]``, where given,
+    replaces the study's (a replicate: the same trial on other batches); without
+    ``config["model_dir"]`` nothing is saved."""
     import torch
 
     threads = setup.budget.threads or max(
@@ -208,13 +208,14 @@ class StudyDriver:
         model_dir = self.models_dir / str(trial.number)
         trial.set_user_attr("hparams", hparams)
         trial.set_user_attr("model_dir", str(model_dir))
-        parent = None
+        parent, parent_dir = None, ""
         if self.warm_start:
             found = self.study.get_trials(deepcopy=False)
             parent = parent_for(found, hparams, setup=self.setup, dense_weights=self.dense_weights)
         if parent is not None:
+            parent_dir = parent.user_attrs["model_dir"]
             trial.set_user_attr("warm_start_from", parent.number)
-            trial.set_user_attr("parent_dir", parent.user_attrs["model_dir"])
+            trial.set_user_attr("parent_dir", parent_dir)
         self.live[tune_trial_id] = trial
         self.started[tune_trial_id] = time.time()
         target = f" sparsity {hparams['sparsity']:.2f}" if "sparsity" in hparams else ""
@@ -228,7 +229,7 @@ class StudyDriver:
             "hparams": hparams,
             "model_dir": str(model_dir),
             "resume_dirs": resume,
-            "parent_dir": parent.user_attrs["model_dir"] if parent is not None else "",
+            "parent_dir": parent_dir,
         }
 
     def _out_of_budget(self) -> bool:

@@ -119,24 +119,24 @@ class Parent:
     identity: dict  # what a retry's checkpoint must match: the folder and its weights
 
 
-def check_parent(folder: Path, dense_weights: str | None) -> dict:
+def check_parent(folder: Path, dense_weights: str | None, verify: bool = True) -> dict:
     """The config of a model folder a trial may start from, or a ``ValueError`` naming the folder
-    and what is wrong: files cut short or altered (``CorruptModel``), or a model not pruned from
-    the dense checkpoint whose weights' digest is ``dense_weights`` (another study's, another
-    dense model's, or saved by a version that did not record its heads)."""
-    meta = read_config(folder)
+    and what is wrong: files cut short or altered (``CorruptModel``; ``verify=False``: the caller
+    has just checked them), or a model not pruned from the dense checkpoint whose weights' digest
+    is ``dense_weights`` (another study's, another dense model's, or saved by a version that did
+    not record its heads)."""
+    meta = read_config(folder, verify)
     if meta.get("dense_weights") != dense_weights or not isinstance(meta.get("kept_heads"), list):
         raise ValueError(f"{folder}: not a model pruned from this study's dense checkpoint")
     return meta
 
 
-def load_parent(folder: Path, setup: TrialSetup, device: torch.device) -> Parent:
-    """The model a trial saved in ``folder`` (``check_parent``), its heads a subset of the dense
-    model's, layer by layer."""
-    meta = check_parent(folder, dense_weights(setup.dense))
-    model, _ = load_model(folder, device=str(device))
+def load_parent(folder: Path, dense_heads: list[int], digest: str | None, device: torch.device) -> Parent:
+    """The model a trial saved in ``folder``, pruned from the dense model whose weights' digest is
+    ``digest`` (``check_parent``), its heads a subset of ``dense_heads``, layer by layer."""
+    model, _ = load_model(folder, device=str(device))  # its files checked against their checksums
+    meta = check_parent(folder, digest, verify=False)  # so not hashed a second time here
     kept = meta["kept_heads"]
-    dense_heads = list(setup.dense.model_config.layer_heads)
     sizes_match = [len(k) for k in kept] == list(model.cfg.layer_heads)
     if not sizes_match or any(len(k) > n or max(k, default=0) >= n for k, n in zip(kept, dense_heads)):
         raise ValueError(f"{folder}: its kept heads do not fit the dense model's {dense_heads}")
@@ -212,7 +212,7 @@ def run_trial(
     }
     model, prune_hp, started_from = dense, hp, [list(range(n)) for n in heads]
     if parent is not None:
-        warm = load_parent(Path(parent), setup, device)
+        warm = load_parent(Path(parent), heads, identity["dense_weights"], device)
         model, started_from = warm.model, warm.kept_heads
         prune_hp = target_from(list(model.cfg.layer_heads), heads, hp)
         identity.update(warm.identity)
