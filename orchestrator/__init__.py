@@ -22,7 +22,7 @@ def run_study(
     study_name: str | None = None,
     n_trials: int | None = None,
     max_concurrent: int | None = None,
-    artifacts: str | Path = "runs/artifacts",
+    artifacts: str | Path | None = None,
     output: str | Path | None = None,
     ray_address: str | None = None,
 ):

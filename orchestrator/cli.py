@@ -110,6 +110,12 @@ def _build_parser() -> argparse.ArgumentParser:
     dashboard.add_argument("--storage", help="database URL (default: $HEADPRUNE_STORAGE)")
     dashboard.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1 only)")
     dashboard.add_argument("--port", type=int, default=8080, help="port (default: 8080)")
+    dashboard.add_argument(
+        "--artifacts",
+        default="runs/artifacts",
+        help="the studies' --artifacts (a folder or s3://bucket/prefix): their trials' models can "
+        "be downloaded on the dashboard (default: runs/artifacts)",
+    )
     return parser
 
 
@@ -120,9 +126,8 @@ def _trial_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-concurrent", type=int, help="trials running at once")
     parser.add_argument(
         "--artifacts",
-        type=Path,
-        default=Path("runs/artifacts"),
-        help="dense checkpoints and Ray's experiment folder (default: runs/artifacts)",
+        help="where models go: a folder, or s3://bucket/prefix or gs://bucket/prefix on a cluster "
+        "(default: [study] artifacts, else runs/artifacts)",
     )
     parser.add_argument("--output", type=Path, help="Pareto CSV (default: runs/<study>_pareto.csv)")
     parser.add_argument(
@@ -272,6 +277,7 @@ def _export_model(args: argparse.Namespace) -> int:
 
     from optuna.trial import TrialState
 
+    from orchestrator.artifacts import fetch, is_remote
     from orchestrator.preflight import check_not_an_input, check_writable_folder
     from orchestrator.storage import sqlite_database
     from trainers.export import CorruptModel, UnverifiedModel, load_model, read_config
@@ -284,7 +290,15 @@ def _export_model(args: argparse.Namespace) -> int:
     if trial.state != TrialState.COMPLETE:
         raise UserError(f"trial {args.trial} of {args.study_name!r} is {trial.state.name}, not COMPLETE")
     recorded = trial.user_attrs.get("model_dir")
-    source = Path(recorded).resolve() if recorded else None
+    if recorded and is_remote(recorded):  # downloaded into this machine's cache, checked there
+        try:
+            source = fetch(recorded, trial.user_attrs.get("model_sha256"))
+        except CorruptModel as err:
+            raise UserError(f"trial {args.trial}'s model cannot be exported: {err}") from None
+        except OSError as err:
+            raise UserError(f"trial {args.trial}'s model: {recorded}: {err}") from None
+    else:
+        source = Path(recorded).resolve() if recorded else None
     if source is None or not source.is_dir():
         raise UserError(f"trial {args.trial}'s model is not on this machine (looked in {recorded or '-'})")
     try:
@@ -351,6 +365,7 @@ def _dashboard(args: argparse.Namespace) -> int:
 
     from optuna_dashboard import wsgi
 
+    from orchestrator.artifacts import TrialArtifacts, check_root, parse_root
     from orchestrator.storage import open_store
 
     class Server(ThreadingMixIn, WSGIServer):
@@ -371,8 +386,10 @@ def _dashboard(args: argparse.Namespace) -> int:
         def log_request(self, code="-", size="-") -> None:
             pass
 
+    root = parse_root(args.artifacts)
+    check_root(root, write=False)  # a store that does not answer: one line, before serving
     store = open_store(_storage_url(args), create=False)
-    app = wsgi(store.storage)
+    app = wsgi(store.storage, artifact_store=TrialArtifacts(root))
     try:
         server = make_server(args.host, args.port, app, Server, QuietHandler)
     except (OSError, OverflowError) as err:  # the port taken or out of range, an address not ours

@@ -67,6 +67,9 @@ class StudySettings:
     warm_start: bool = bounded(
         False, doc="a trial prunes the front's next larger model, not the dense one (README: warm starts)"
     )
+    artifacts: str = bounded(
+        "", kind=str, doc="where models go, as --artifacts: a folder or s3://bucket/prefix (README: clusters)"
+    )
 
 
 @dataclass(frozen=True)

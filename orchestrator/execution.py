@@ -11,10 +11,12 @@ the experiment folder, and both drop the driver when pickled.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,14 +28,23 @@ from ray.tune import Callback
 from ray.tune.search import Searcher
 from ray.tune.stopper import Stopper
 
+from orchestrator.artifacts import ModelRef, fetch, is_remote, join, keep_in_cache, publish, staging_for
 from orchestrator.early_stopping import RUNG_KEY
 from orchestrator.front_gaps import gap_fill_point
 from orchestrator.progress import say
 from orchestrator.records import OBJECTIVES, record_result
 from orchestrator.search_space import Range, SearchSpace
 from orchestrator.warm_start import parent_for
+from trainers.export import WEIGHTS, CorruptModel, read_config
 from trainers.hparams import TrialHParams
-from trainers.trial import TRANSIENT_ERRORS, RungReport, TrialSetup, run_trial
+from trainers.trial import (
+    AFTER_PRUNE,
+    TRANSIENT_ERRORS,
+    RungReport,
+    TransientTrialError,
+    TrialSetup,
+    run_trial,
+)
 
 RESULT_KEY = "trial_result"  # the whole TrialResult, as JSON, beside the two objectives
 ERROR_KEY = "trial_error"  # a deterministic failure, reported as a result so Tune does not retry it
@@ -73,17 +84,50 @@ def describe_error(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[-1] if lines else ''}".rstrip(": ")
 
 
+@contextlib.contextmanager
+def _reaching_store() -> Iterator[None]:
+    """An object store that does not answer, or a network that drops, may not the next time:
+    its ``OSError`` is a ``TransientTrialError``, which Tune retries (a deterministic failure,
+    a model that fails its checksums, is not)."""
+    try:
+        yield
+    except OSError as error:
+        raise TransientTrialError(describe_error(error)) from None
+
+
+def _resumable(location: str) -> Path | None:
+    """A local folder holding the after-pruning checkpoint a retry may continue from, of the
+    trial whose model goes to ``location``; None when there is none (never saved, cut short)."""
+    if not is_remote(location):
+        return Path(location)
+    try:
+        checkpoint = fetch(join(location, AFTER_PRUNE))
+    except CorruptModel:
+        return None
+    folder = checkpoint.with_name(checkpoint.name + "-resume")
+    folder.mkdir()
+    checkpoint.rename(folder / AFTER_PRUNE)
+    return folder
+
+
 def train_on_worker(
-    config: dict[str, Any], setup: TrialSetup, rungs: tuple[float, ...] = (), rung_eval_tokens: int = 0
+    config: dict[str, Any],
+    setup: TrialSetup,
+    rungs: tuple[float, ...] = (),
+    rung_eval_tokens: int = 0,
+    dense: ModelRef | None = None,
 ) -> None:
     """The Tune trainable: runs on a Ray worker, knows nothing of the database. A deterministic
     failure is reported as a result (type and message), so that Tune does not run it again; a
     transient one (``TRANSIENT_ERRORS``) is raised, and Tune retries it like a dead worker. The
     dense control reports no rungs: early stopping never stops it, so scoring it there would be
     compute spent for nothing. ``config["parent_dir"]``, where given, is the model a
-    warm-started trial starts from (orchestrator/warm_start.py). ``config["seed"]``, where given,
-    replaces the study's (a replicate: the same trial on other batches); without
-    ``config["model_dir"]`` nothing is saved."""
+    warm-started trial starts from (orchestrator/warm_start.py), ``config["parent_sha256"]`` its
+    weights' digest. ``config["seed"]``, where given, replaces the study's (a replicate: the same
+    trial on other batches); without ``config["model_dir"]`` nothing is saved. Every model
+    folder is a location of ``orchestrator/artifacts.py``: on an object store, this node reads
+    the dense model (``dense``) and the parent through its cache, and uploads what it saves; a
+    failure to reach the store is transient (Tune runs the trial again)."""
     import torch
 
     threads = setup.budget.threads or max(
@@ -94,17 +138,39 @@ def train_on_worker(
     hparams = TrialHParams(**config["hparams"])
     if "seed" in config:
         setup = replace(setup, seed=int(config["seed"]))
+    location = config.get("model_dir") or ""
+    save_dir = staging_for(location) if location else None
+
+    def upload(folder: Path) -> None:
+        with _reaching_store():
+            publish(folder, location if folder == save_dir else join(location, folder.name))
+
     try:
+        with _reaching_store():
+            if dense is not None:
+                setup = replace(setup, dense=replace(setup.dense, path=dense.local()))
+            parent = None
+            if config.get("parent_dir"):
+                parent = ModelRef(config["parent_dir"], config.get("parent_sha256") or None).local()
+            resume = [folder for loc in config.get("resume_dirs", []) if (folder := _resumable(loc))]
         result = run_trial(
             setup,
             hparams,
-            save_dir=Path(config["model_dir"]) if config.get("model_dir") else None,
-            resume_dirs=[Path(p) for p in config.get("resume_dirs", [])],
-            parent=Path(config["parent_dir"]) if config.get("parent_dir") else None,
+            save_dir=save_dir,
+            resume_dirs=resume,
+            parent=parent,
             rungs=() if hparams.method == "dense" else rungs,
             report_rung=reporter,
             rung_eval_tokens=rung_eval_tokens,
+            on_checkpoint=upload,
         )
+        digest = None
+        if save_dir is not None:  # COMPLETE only once the model is stored whole (publish checks)
+            digest = read_config(save_dir, verify=False)["sha256"][WEIGHTS]
+            upload(save_dir)
+            if is_remote(location):  # this node's copy: a warm start from it here downloads nothing
+                shutil.rmtree(save_dir / AFTER_PRUNE, ignore_errors=True)
+                keep_in_cache(save_dir, digest)
     except TRANSIENT_ERRORS:
         raise
     except Exception as error:
@@ -116,7 +182,7 @@ def train_on_worker(
         {
             "val_perplexity": result.val_perplexity,
             "n_params": result.n_params,
-            RESULT_KEY: json.dumps(result.to_dict()),
+            RESULT_KEY: json.dumps(result.to_dict() | {"model_sha256": digest}),
             "node_id": ray.get_runtime_context().get_node_id(),  # where it ran, for cluster checks
         }
     )
@@ -137,7 +203,7 @@ class StudyDriver:
         *,
         n_trials: int,
         max_failed: int,
-        models_dir: Path,
+        models_dir: str | Path,
         on_finished: Callable[[int], None],
         spread_trials: int = 0,
         gap_fill_every: int = 0,
@@ -145,6 +211,7 @@ class StudyDriver:
         proposer: Proposer | None = None,
         trial_cpu_seconds_budget: float | None = None,
         still_leased: Callable[[], bool] = lambda: True,
+        attach_model: Callable[[optuna.Trial], None] | None = None,
     ) -> None:
         self.study, self.space = study, space
         # Once another driver holds the study, this one neither asks nor tells (its running
@@ -157,7 +224,10 @@ class StudyDriver:
         self.warm_start = warm_start  # a trial starts from the front's next larger model (warm_start.py)
         self.proposer = proposer  # and the others, if given, take its point ([study] sampler gp, nsga2)
         self.on_finished = on_finished
-        self.models_dir = models_dir  # <artifacts>/trials/<storage.models_folder>: a folder per trial
+        # Given a COMPLETE trial before it is told (Optuna attaches artifacts to running trials
+        # only): its model goes to the dashboard's artifact store (artifacts.attach_model).
+        self.attach_model = attach_model
+        self.models_dir = str(models_dir)  # <artifacts>/trials/<storage.models_folder>: a folder per trial
         finished = study.get_trials(deepcopy=False, states=FINISHED)
         self.n_finished = len(finished)  # COMPLETE and PRUNED: what --n-trials counts, as Optuna's optimize
         # With a budget of trial CPU seconds (benchmarks at equal compute), no trial starts once
@@ -205,15 +275,16 @@ class StudyDriver:
             self.dense_control_pending = False
         else:
             hparams = self.space.suggest(trial)
-        model_dir = self.models_dir / str(trial.number)
+        model_dir = join(self.models_dir, str(trial.number))
         trial.set_user_attr("hparams", hparams)
-        trial.set_user_attr("model_dir", str(model_dir))
-        parent, parent_dir = None, ""
+        trial.set_user_attr("model_dir", model_dir)
+        parent, parent_dir, parent_sha256 = None, "", ""
         if self.warm_start:
             found = self.study.get_trials(deepcopy=False)
             parent = parent_for(found, hparams, setup=self.setup, dense_weights=self.dense_weights)
         if parent is not None:
             parent_dir = parent.user_attrs["model_dir"]
+            parent_sha256 = parent.user_attrs.get("model_sha256") or ""
             trial.set_user_attr("warm_start_from", parent.number)
             trial.set_user_attr("parent_dir", parent_dir)
         self.live[tune_trial_id] = trial
@@ -223,13 +294,14 @@ class StudyDriver:
         say(f"trial {trial.number}: started  {hparams['method']}{target}{source}")
         # A retry of a trial whose driver died resumes from that trial's checkpoint, if it left one.
         retry_of = trial.user_attrs.get("retry_of")
-        resume = [str(model_dir)] + ([str(self.models_dir / str(retry_of))] if retry_of is not None else [])
+        resume = [model_dir] + ([join(self.models_dir, str(retry_of))] if retry_of is not None else [])
         return {
             "optuna_trial": trial.number,
             "hparams": hparams,
-            "model_dir": str(model_dir),
+            "model_dir": model_dir,
             "resume_dirs": resume,
             "parent_dir": parent_dir,
+            "parent_sha256": parent_sha256,
         }
 
     def _out_of_budget(self) -> bool:
@@ -333,6 +405,12 @@ class StudyDriver:
             record_result(trial, outcome)
             if self.setup is not None:  # what its replicates must match
                 trial.set_user_attr("setup", self.setup)
+            # What a warm start needs to choose this model as a parent, without reading it
+            # (orchestrator/warm_start.py): its weights' digest, and the dense model it came from.
+            trial.set_user_attr("model_sha256", outcome.get("model_sha256"))
+            trial.set_user_attr("dense_weights", self.dense_weights)
+            if self.attach_model is not None and outcome.get("model_sha256"):
+                self.attach_model(trial)
             self.trial_cpu_seconds += outcome["cpu_seconds"]
             trial.set_user_attr("wall_seconds", seconds)
             trial.set_user_attr("node_id", result.get("node_id", ""))

@@ -28,6 +28,7 @@ import optuna
 from optuna_dashboard import save_note
 from ray.tune import Callback
 
+from orchestrator.artifacts import ModelRef, exists, is_remote
 from orchestrator.config import (
     EXECUTION_ONLY,
     MEASUREMENT_SECTIONS,
@@ -45,6 +46,8 @@ from orchestrator.records import TrialRecord, dense_control, measured_elsewhere
 from orchestrator.report import front_note
 from orchestrator.runner import (
     RunOptions,
+    corpus_cache,
+    dense_ref,
     fit_on_tune,
     preflight,
     prepare_inputs,
@@ -81,6 +84,7 @@ class Job:
     # A warm-started point's parent (orchestrator/warm_start.py): its replicates start from the
     # same model, so they measure the point's own trial at another seed, not its whole lineage.
     parent_dir: str = ""
+    parent_sha256: str = ""  # its weights' digest ("" for a study of an earlier version)
 
 
 def replicate_seeds(study_seed: int, n_seeds: int) -> list[int]:
@@ -103,6 +107,7 @@ def plan(
             row["val_perplexity"],
             row["n_params"],
             row.get("parent_dir", ""),
+            row.get("parent_sha256", ""),
         )
         for seed in [study_seed, *seeds]
         for row in points
@@ -114,22 +119,37 @@ def plan(
 def points_to_replicate(study: optuna.Study, front: list[dict]) -> list[dict]:
     """The front's rows, and the dense control's where it is not on the front: every ratio to
     dense is read at the same seed (the same batches), so the reference is replicated too. Each
-    row names the model a warm-started point started from (``parent_dir``; "" for none)."""
+    row names the model a warm-started point started from (``parent_dir``, and its digest
+    ``parent_sha256``; "" for none)."""
     trials = study.get_trials(deepcopy=False)
     control = dense_control(trials)
     rows = front
     if control is not None and control.number not in {row["trial_number"] for row in front}:
         rows = [*front, TrialRecord.from_trial(control).row()]
-    parents = {t.number: t.user_attrs.get("parent_dir", "") for t in trials}
-    return [{**row, "parent_dir": parents.get(row["trial_number"], "")} for row in rows]
+    by_number = {t.number: t for t in trials}
+
+    def parent(row: dict) -> dict:
+        trial = by_number.get(row["trial_number"])
+        folder = trial.user_attrs.get("parent_dir", "") if trial else ""
+        parent = by_number.get(trial.user_attrs.get("warm_start_from", -1)) if folder else None
+        digest = (parent.user_attrs.get("model_sha256") if parent else None) or ""
+        return {"parent_dir": folder, "parent_sha256": digest}
+
+    return [{**row, **parent(row)} for row in rows]
 
 
 def check_parents(jobs: list[Job]) -> None:
     """A warm-started point's replicates start from its parent's saved model: a replicate still to
-    run whose parent's folder is not there (another ``--artifacts``, another machine, a folder
-    cleaned away) is refused, naming it, before anything runs."""
+    run whose parent's folder is not there (on the object store it was uploaded to, or on this
+    machine's disk: another machine, a folder cleaned away) is refused, naming it, before
+    anything runs."""
     for job in jobs:
-        if job.parent_dir and not (Path(job.parent_dir) / CONFIG).is_file():
+        if not job.parent_dir:
+            continue
+        there = (
+            exists(job.parent_dir) if is_remote(job.parent_dir) else (Path(job.parent_dir) / CONFIG).is_file()
+        )
+        if not there:
             raise UserError(
                 f"trial {job.trial_number} started from the model in {job.parent_dir}, which is not "
                 "there: replicate with the --artifacts folder the study ran with"
@@ -218,11 +238,12 @@ class ReplicateRun:
             say(f"replicate FAILED: {self.failed[-1]}")
 
 
-def replicate_on_worker(config: dict, setup: TrialSetup) -> None:
+def replicate_on_worker(config: dict, setup: TrialSetup, dense: ModelRef | None = None) -> None:
     """The Tune trainable: one front point's trial at another seed (``train_on_worker``), no
     rungs, no model saved (the replicate measures the point; its model is not exported)."""
     job = config["job"]
-    train_on_worker({"hparams": job["hparams"], "seed": job["seed"], "parent_dir": job["parent_dir"]}, setup)
+    parent = {"parent_dir": job["parent_dir"], "parent_sha256": job.get("parent_sha256", "")}
+    train_on_worker({"hparams": job["hparams"], "seed": job["seed"], **parent}, setup, dense=dense)
 
 
 @dataclass
@@ -271,7 +292,7 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
 
     # A study without a front, or a replicate whose parent is gone, is refused before anything is written.
     check_parents(jobs_now()[1])
-    corpus, model_cfg = prepare_inputs(cfg, cache_dir=opts.artifacts / "cache")  # checked as run does
+    corpus, model_cfg = prepare_inputs(cfg, cache_dir=corpus_cache(opts.artifacts))  # checked as run does
     create_own_tables(store)  # the replicates' table; a database of an earlier version gains columns
     with hold_lease(store, opts.study_name, cfg.study.lease_seconds) as lease:
         if lease.takeover:
@@ -320,7 +341,7 @@ def _run_jobs(cfg: StudyConfig, opts: RunOptions, setup: TrialSetup, run: Replic
         fit_on_tune(
             cfg,
             opts,
-            tune.with_parameters(replicate_on_worker, setup=setup),
+            tune.with_parameters(replicate_on_worker, setup=setup, dense=dense_ref(opts, setup.dense)),
             tune.TuneConfig(max_concurrent_trials=opts.max_concurrent, reuse_actors=True),
             name=f"{opts.study_name}-replicates",
             callback=ReplicateCallback(run),

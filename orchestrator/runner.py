@@ -7,6 +7,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,6 +16,19 @@ from pathlib import Path
 import optuna
 from optuna_dashboard import save_note
 
+from orchestrator.artifacts import (
+    ModelRef,
+    attach_model,
+    check_root,
+    credentials_hidden,
+    exists,
+    fetch,
+    is_remote,
+    join,
+    local_cache,
+    parse_root,
+    publish,
+)
 from orchestrator.config import HF_ONLY, StudyConfig, setup_digest
 from orchestrator.early_stopping import ParetoHalving, ParetoHalvingScheduler
 from orchestrator.errors import UserError
@@ -62,9 +76,10 @@ from orchestrator.storage import (
     study_exists,
 )
 from trainers.data import Corpus, CorpusError, rung_windows
+from trainers.export import CorruptModel, read_config
 from trainers.families import FamilyConfig
 from trainers.model import ModelConfig
-from trainers.pretrain import DenseCheckpoint, ensure_dense_checkpoint
+from trainers.pretrain import DenseCheckpoint, checkpoint_key, ensure_dense_checkpoint
 from trainers.trial import TrialSetup, dense_weights, evaluation_windows
 
 
@@ -74,7 +89,7 @@ class RunOptions:
     study_name: str
     n_trials: int
     max_concurrent: int
-    artifacts: Path
+    artifacts: str  # an absolute path, or an object store's URI (orchestrator/artifacts.py)
     output_csv: Path
     ray_address: str | None = None
     trial_cpu_seconds_budget: float | None = None  # stop asking once trials used this much CPU time
@@ -88,12 +103,13 @@ class RunOptions:
         study_name: str | None = None,
         n_trials: int | None = None,
         max_concurrent: int | None = None,
-        artifacts: str | Path = "runs/artifacts",
+        artifacts: str | Path | None = None,
         output: str | Path | None = None,
         ray_address: str | None = None,
     ) -> RunOptions:
         """The options ``launch-study run`` uses, each left out taking the study file's value or
-        the CLI's default (storage: --storage, $HEADPRUNE_STORAGE, runs/<study>.db)."""
+        the CLI's default (storage: --storage, $HEADPRUNE_STORAGE, runs/<study>.db; artifacts:
+        --artifacts, [study] artifacts, runs/artifacts)."""
         for flag, value in (("n_trials", n_trials), ("max_concurrent", max_concurrent)):
             if value is not None and value < 1:
                 raise UserError(f"{flag} must be at least 1, got {value}")
@@ -103,7 +119,9 @@ class RunOptions:
             study_name=name,
             n_trials=n_trials if n_trials is not None else cfg.study.n_trials,
             max_concurrent=max_concurrent if max_concurrent is not None else cfg.study.max_concurrent,
-            artifacts=Path(artifacts).resolve(),  # Ray workers run in other folders
+            artifacts=parse_root(
+                artifacts or cfg.study.artifacts or "runs/artifacts"
+            ),  # a path made absolute: Ray workers run in other folders
             output_csv=Path(output) if output else Path("runs") / f"{name}_pareto.csv",
             ray_address=ray_address or os.environ.get("RAY_ADDRESS"),
         )
@@ -190,12 +208,43 @@ def _model_path(cfg: StudyConfig) -> str:
     return str(beside.resolve()) if beside.exists() else path
 
 
+def corpus_cache(artifacts: str) -> Path:
+    """Where the corpus's trained BPE and token ids are cached: under a local ``--artifacts``,
+    in this machine's cache for an object store (they are made again from the corpus at will)."""
+    return local_cache() / "corpus" if is_remote(artifacts) else Path(artifacts) / "cache"
+
+
+def dense_location(artifacts: str, dense: DenseCheckpoint) -> str:
+    """Where the dense checkpoint is stored: ``<artifacts>/dense/<key>`` (its folder's name is
+    its key wherever it was found)."""
+    return join(artifacts, "dense", dense.path.name)
+
+
+def _pull_dense(location: str, folder: Path) -> None:
+    """A dense checkpoint on the object store, into this machine's cache, unless a sound copy
+    is there already (``ensure_dense_checkpoint`` then finds it)."""
+    try:
+        read_config(folder)
+        return
+    except CorruptModel:
+        pass
+    if not exists(location):
+        return
+    downloaded = fetch(location)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    downloaded.rename(folder)
+
+
 def study_dense_checkpoint(
-    cfg: StudyConfig, corpus: Corpus, model_cfg: FamilyConfig, artifacts: Path, progress=None
+    cfg: StudyConfig, corpus: Corpus, model_cfg: FamilyConfig, artifacts: str | Path, progress=None
 ) -> DenseCheckpoint:
     """The study's dense checkpoint: cached under ``artifacts``, shipped in ``checkpoints/``
     beside the study file, pretrained now, or a user's model (``[model] path``) scored and
-    copied into the cache (pretrained further only if ``[pretrain] steps`` says so)."""
+    copied into the cache (pretrained further only if ``[pretrain] steps`` says so). With an
+    object store, it is read from there through this machine's cache, or uploaded there once
+    made (``dense/<key>``); the workers fetch it by its weights' digest."""
+    artifacts = str(artifacts)
     initial, source = None, ""
     if model_cfg.family == "hf" and cfg.model["path"]:
         from trainers.hf import HFLanguageModel, weights_digest
@@ -209,11 +258,16 @@ def study_dense_checkpoint(
             except ValueError as err:
                 raise UserError(f"{cfg.source}: [model] path: {err}") from None
 
-    return ensure_dense_checkpoint(
+    local = Path(artifacts)
+    if is_remote(artifacts):
+        local = local_cache()
+        key = checkpoint_key(corpus.digest, model_cfg, cfg.pretrain, source)
+        _pull_dense(join(artifacts, "dense", key), local / "dense" / key)
+    dense = ensure_dense_checkpoint(
         corpus,
         model_cfg,
         cfg.pretrain,
-        artifacts,
+        local,
         eval_tokens=cfg.budget.eval_tokens,
         device=cfg.budget.device,
         progress=progress,
@@ -222,6 +276,9 @@ def study_dense_checkpoint(
         initial=initial,
         source=source,
     )
+    if is_remote(artifacts) and not exists(dense_location(artifacts, dense)):
+        publish(dense.path, dense_location(artifacts, dense))
+    return dense
 
 
 def _search_seed(cfg: StudyConfig, store: StudyStore, study_name: str) -> int:
@@ -277,7 +334,10 @@ def preflight(cfg: StudyConfig, opts: RunOptions) -> None:
     """Everything about the run (not the study file) that can be checked before anything is
     written: a mistake found later would leave a study, a checkpoint or a CSV behind."""
     check_study_name(opts.study_name)
-    check_writable_folder("--artifacts", opts.artifacts)
+    if is_remote(opts.artifacts):
+        check_root(opts.artifacts)
+    else:
+        check_writable_folder("--artifacts", Path(opts.artifacts))
     check_writable_file("--output", opts.output_csv)
     database = sqlite_database(opts.storage_url)
     corpus = cfg.corpus.load_kwargs(cfg.source.parent)
@@ -294,7 +354,7 @@ def preflight(cfg: StudyConfig, opts: RunOptions) -> None:
 def run_study(cfg: StudyConfig, opts: RunOptions) -> RunSummary:
     preflight(cfg, opts)  # first: the corpus's caches are written under --artifacts
     check_store(opts.storage_url, opts.study_name)  # reads only: a mistake there writes nothing
-    corpus, model_cfg = prepare_inputs(cfg, cache_dir=opts.artifacts / "cache")
+    corpus, model_cfg = prepare_inputs(cfg, cache_dir=corpus_cache(opts.artifacts))
     store = open_store(opts.storage_url)
     if study_exists(store, opts.study_name):
         check_objectives(store, opts.study_name)  # again: another driver may have made it since
@@ -334,7 +394,7 @@ def _run_leased(
         space,
         n_trials=opts.n_trials,
         max_failed=cfg.study.max_failed_trials,
-        models_dir=opts.artifacts / "trials" / models_folder(study),
+        models_dir=join(opts.artifacts, "trials", models_folder(study)),
         on_finished=lambda number: _after_trial(store, study, driver, number),
         spread_trials=startup,
         gap_fill_every=cfg.study.gap_fill_every,
@@ -344,6 +404,7 @@ def _run_leased(
         ),
         trial_cpu_seconds_budget=opts.trial_cpu_seconds_budget,
         still_leased=lease.held,
+        attach_model=lambda trial: _attach_model(trial, opts.artifacts),
     )
     dense = None
     if driver.n_finished < opts.n_trials:
@@ -361,7 +422,9 @@ def _run_leased(
         study.set_user_attr("setup", driver.setup)
         if dense.bits_per_byte is not None:
             study.set_user_attr("dense_bits_per_byte", dense.bits_per_byte)
-        _search(cfg, opts, driver, TrialSetup(corpus, dense, cfg.budget, cfg.study.seed))
+        _search(
+            cfg, opts, driver, TrialSetup(corpus, dense, cfg.budget, cfg.study.seed), dense_ref(opts, dense)
+        )
         lease.check()  # a driver that lost the study writes no front: the holder does
         if driver.interrupted_by is not None:
             _wind_down(store, study, driver)
@@ -381,6 +444,16 @@ def _run_leased(
             "file trains the front again at other seeds (README)"
         )
     return RunSummary(opts.study_name, driver.n_finished, driver.n_failed, len(rows), dense, csv)
+
+
+def _attach_model(trial: optuna.Trial, artifacts: str) -> None:
+    """A COMPLETE trial's model, as an artifact the dashboard serves (``artifacts.attach_model``).
+    A store that fails here costs the dashboard's copy only: the trial, its model and the study
+    go on, with one line saying so."""
+    try:
+        attach_model(trial, artifacts)
+    except (OSError, CorruptModel) as err:
+        say(f"trial {trial.number}: its model is not in the dashboard's artifacts ({err})")
 
 
 def _wind_down(store: StudyStore, study: optuna.Study, driver: StudyDriver) -> None:
@@ -515,13 +588,27 @@ def ray_session(opts: RunOptions, cpus_per_trial: float) -> Iterator[None]:
                 ray.shutdown()
 
 
-def _search(cfg: StudyConfig, opts: RunOptions, driver: StudyDriver, setup: TrialSetup) -> None:
+def dense_ref(opts: RunOptions, dense: DenseCheckpoint) -> ModelRef | None:
+    """How a worker reads the dense checkpoint: from the object store by its weights' digest;
+    None where the driver's path is the workers' too (a local ``--artifacts``)."""
+    if not is_remote(opts.artifacts):
+        return None
+    return ModelRef(dense_location(opts.artifacts, dense), dense_weights(dense))
+
+
+def _search(
+    cfg: StudyConfig, opts: RunOptions, driver: StudyDriver, setup: TrialSetup, dense: ModelRef | None
+) -> None:
     from ray import tune
 
     with ray_session(opts, cfg.study.cpus_per_trial):
         rungs = tuple(cfg.early_stopping.rungs())
         trainable = tune.with_parameters(
-            train_on_worker, setup=setup, rungs=rungs, rung_eval_tokens=cfg.early_stopping.eval_tokens
+            train_on_worker,
+            setup=setup,
+            rungs=rungs,
+            rung_eval_tokens=cfg.early_stopping.eval_tokens,
+            dense=dense,
         )
         rung_tokens = rung_windows(evaluation_windows(setup), cfg.early_stopping.eval_tokens)[1].numel()
         driver.rung_context = rung_context(driver.setup, rungs, rung_tokens)
@@ -566,7 +653,7 @@ def fit_on_tune(
         tune_config=tune_config,
         run_config=tune.RunConfig(
             name=name,
-            storage_path=str((opts.artifacts / "ray").resolve()),
+            storage_path=str(tune_folder(opts.artifacts)),
             callbacks=[callback],
             stop=RunStopper(driver),
             failure_config=tune.FailureConfig(max_failures=cfg.study.max_retries),
@@ -574,8 +661,18 @@ def fit_on_tune(
         ),
     )
     os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # ours (interrupts.py) winds the run down
-    with wind_down(driver.interrupt):
+    # Tune would copy the store's credentials into its workers' runtime environment, and Ray logs it
+    with wind_down(driver.interrupt), credentials_hidden():
         tuner.fit()
+
+
+def tune_folder(artifacts: str) -> Path:
+    """Tune's experiment folder: ``<artifacts>/ray``, or this machine's cache with an object
+    store. It is a cache either way (the database holds the study, the store the models), and
+    kept off the store: while Tune runs the credentials are out of the driver's environment
+    (``artifacts.credentials_hidden``), so Tune's filesystem would need them as explicit keys,
+    which it would pickle into its experiment state and ship to every worker."""
+    return local_cache() / "ray" if is_remote(artifacts) else Path(artifacts) / "ray"
 
 
 def _init_ray(opts: RunOptions, local: dict) -> None:

@@ -9,9 +9,12 @@ rounds; docs/methods.md, warm starts): a point at 75% removed inherits the fine-
 50% point it came from. Every trial still costs its own budget, and the study's compute counts
 every trial, parents included, so a comparison at equal compute stays fair.
 
-The parent is read from its folder under ``--artifacts`` (the trial's ``model_dir``), so on a
-cluster those folders must be on storage every node sees; a point whose folder the driver cannot
-see or use is passed over for the next larger one (``parent_for``).
+The parent is chosen from the database alone: a COMPLETE trial records its saved model's
+location (``model_dir``, under ``--artifacts``, an object store on a cluster), its weights' digest
+(``model_sha256``) and the dense weights it was pruned from (``dense_weights``), and the worker
+fetches the parent from the store by that digest (``orchestrator/artifacts.py``). A trial of an
+earlier version, which recorded no digest, is checked on the driver's disk instead, and passed
+over when its folder is not there or not usable (``parent_for``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 
 from optuna.trial import FrozenTrial
 
+from orchestrator.artifacts import is_remote
 from orchestrator.front_gaps import front_of, heads_kept
 from trainers.gates import heads_to_keep
 from trainers.hparams import TARGET_METHODS
@@ -40,8 +44,7 @@ def parent_for(
     checkpoint; the dense control is never a parent). A point is passed over, and the next larger
     one tried, when it was measured under another setup than ``setup`` (``config.setup_digest``:
     other budgets, another dense model), or its saved model is not one the trial could start
-    from (``trainers.trial.check_parent``: not on this machine's disk, cut short, saved by an
-    earlier version, pruned from other dense weights than ``dense_weights``)."""
+    from (``usable_parent``)."""
     if hparams.get("method") not in TARGET_METHODS:
         return None
     candidates = []
@@ -55,9 +58,24 @@ def parent_for(
         if kept > heads_to_keep(total, hparams["sparsity"]):
             candidates.append((kept, trial.number, trial))
     for _, _, trial in sorted(candidates, key=lambda c: c[:2]):
-        try:
-            check_parent(Path(trial.user_attrs["model_dir"]), dense_weights)
-        except ValueError:
-            continue
-        return trial
+        if usable_parent(trial, dense_weights):
+            return trial
     return None
+
+
+def usable_parent(trial: FrozenTrial, dense_weights: str | None) -> bool:
+    """Whether a trial's saved model can be a parent: pruned from the dense weights whose digest
+    is ``dense_weights``, with its kept heads recorded. A trial that recorded its model's digest
+    was stored whole before it became COMPLETE, and the database says the rest. One of an
+    earlier version is checked in its folder (``trainers.trial.check_parent``: on this
+    machine's disk, not cut short, saved by a version that recorded its heads)."""
+    attrs = trial.user_attrs
+    if attrs.get("model_sha256"):
+        return attrs.get("dense_weights") == dense_weights and isinstance(attrs.get("kept_heads"), list)
+    if is_remote(attrs["model_dir"]):
+        return False
+    try:
+        check_parent(Path(attrs["model_dir"]), dense_weights)
+    except ValueError:
+        return False
+    return True

@@ -125,7 +125,9 @@ def test_a_warm_started_trial_prunes_its_parents_heads_from_its_weights(tmp_path
     assert sum(parent.heads_per_layer) == 6 and sum(child.heads_per_layer) == 4
     assert child.sparsity == 0.5
     meta = json.loads((tmp_path / "child" / CONFIG).read_text())
-    assert meta["kept_heads"] == child.kept_heads and meta["parent"] == str(tmp_path / "parent")
+    parent_meta = json.loads((tmp_path / "parent" / CONFIG).read_text())
+    assert meta["kept_heads"] == child.kept_heads
+    assert meta["parent_weights"] == parent_meta["sha256"]["model.safetensors"]
 
     def weights(folder: Path) -> dict:
         model, _ = load_model(folder)

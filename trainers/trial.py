@@ -140,7 +140,8 @@ def load_parent(folder: Path, dense_heads: list[int], digest: str | None, device
     sizes_match = [len(k) for k in kept] == list(model.cfg.layer_heads)
     if not sizes_match or any(len(k) > n or max(k, default=0) >= n for k, n in zip(kept, dense_heads)):
         raise ValueError(f"{folder}: its kept heads do not fit the dense model's {dense_heads}")
-    identity = {"parent": str(folder), "parent_weights": meta["sha256"][WEIGHTS]}
+    # By content, not by path: a node of a cluster reads the parent from a cache of its own.
+    identity = {"parent_weights": meta["sha256"][WEIGHTS]}
     return Parent(model.train(), kept, identity)
 
 
@@ -178,6 +179,7 @@ def run_trial(
     report_rung: Callable[[RungReport], None] | None = None,
     rung_eval_tokens: int = 0,
     parent: Path | None = None,
+    on_checkpoint: Callable[[Path], None] | None = None,
 ) -> TrialResult:
     """Prune, fine-tune, evaluate. With ``save_dir``, write the pruned model there, and a
     checkpoint after pruning that a retry (``resume_dirs``) continues from. With ``parent`` (a
@@ -187,7 +189,9 @@ def run_trial(
     ``rungs`` of the fine-tuning budget (counted in weight updates since the trial began,
     ``prune_steps + fraction x finetune_steps``: the same for every method), score the validation
     slice (``rung_eval_tokens`` of it, spread over it; 0: all) and pass it to ``report_rung``
-    (which may never return: a scheduler stopping the trial)."""
+    (which may never return: a scheduler stopping the trial). ``on_checkpoint`` is given each
+    folder written under ``save_dir`` as soon as it is whole (the after-pruning checkpoint; the
+    caller handles the model itself): a worker uploads it to an object store there."""
     cpu_start = time.process_time()
     cfg = setup.dense.model_config
     heads = list(cfg.layer_heads)
@@ -204,9 +208,8 @@ def run_trial(
         loss_fn = PeerDistillation(dense, hp.distill_layer, hp.distill_logit)
     seconds: dict[str, float] = {}
 
-    identity = {
+    identity = {  # the dense model by its weights' digest: on a cluster each node has its own copy
         "seed": setup.seed,
-        "dense": str(setup.dense.path),
         "dense_weights": dense_weights(setup.dense),
         "budget": asdict(budget),
     }
@@ -247,6 +250,8 @@ def run_trial(
             "generator_state": generator.get_state().tolist(),
         }
         save_model(model, setup.corpus.tokenizer, Path(save_dir) / AFTER_PRUNE, extra=meta)
+        if on_checkpoint is not None:
+            on_checkpoint(Path(save_dir) / AFTER_PRUNE)
 
     start = time.perf_counter()
     # Methods that trained no weights while pruning get those steps here: equal budgets for all.
@@ -303,7 +308,7 @@ def run_trial(
         # what a later trial warm-started from this one checks (load_parent)
         extra.update(kept_heads=kept_heads, dense_weights=identity["dense_weights"])
         if parent is not None:
-            extra["parent"] = str(parent)
+            extra["parent_weights"] = identity["parent_weights"]
         save_model(model, setup.corpus.tokenizer, save_dir, extra=extra)
     n_kept = sum(len(k) for k in outcome.keep)
     return TrialResult(
