@@ -80,6 +80,28 @@ def test_the_parent_is_the_smallest_front_model_larger_than_the_target(tmp_path)
     assert parent(1 - 8 / 32, setup="b") == 4
 
 
+def test_a_parent_on_an_object_store_is_chosen_from_what_the_database_records():
+    """A trial that recorded its model's digest is judged by its attributes alone (the driver
+    reads no folder on a store): pruned from other dense weights, or without its kept heads, it
+    is passed over; one of an earlier version on a store, with nothing recorded, is too."""
+
+    def stored(number: int, kept: int, ppl: float, **attrs) -> optuna.trial.FrozenTrial:
+        recorded = {"model_sha256": f"{number:064x}", "dense_weights": "d", "kept_heads": [[0]], **attrs}
+        trial = finished(kept, ppl, f"s3://bucket/study/trials/s/{number}", **recorded)
+        trial.number = number
+        return trial
+
+    def parent(*trials) -> int | None:
+        found = parent_for(trials, {"method": "importance", "sparsity": 1 - 8 / 32}, dense_weights="d")
+        return None if found is None else found.number
+
+    larger, smaller = stored(1, 16, 4.8), stored(2, 11, 5.0)
+    assert parent(larger, smaller) == 2
+    assert parent(larger, stored(2, 11, 5.0, dense_weights="other")) == 1
+    assert parent(larger, stored(2, 11, 5.0, kept_heads=None)) == 1
+    assert parent(larger, stored(2, 11, 5.0, model_sha256=None)) == 1  # an earlier version's, on a store
+
+
 def test_the_driver_hands_a_trial_its_parent_and_records_it(tmp_path):
     """The default study's start-up, warm starts on: 0.875 and 0.4625 (4 and 17 heads) have no
     larger front point but the dense control; 0.66875 (11 heads) starts from the 17-head trial."""
