@@ -358,3 +358,35 @@ def test_credentials_the_store_refuses_are_one_line_and_the_database_is_untouche
         check_root("s3://guarded/x")  # the right secret passes the same check
         listed = s3_client(url, key["AccessKeyId"], key["SecretAccessKey"]).list_objects_v2(Bucket="guarded")
         assert not [o for o in listed.get("Contents", []) if "probe" in o["Key"]]  # its probe is gone
+
+
+def test_a_retry_resumes_from_the_after_pruning_checkpoint_on_the_store(
+    aws, bucket, tmp_path, small_text, monkeypatch
+):
+    """A first try's after-pruning checkpoint, uploaded as its worker does (``on_checkpoint``),
+    is what a retry on another node (an empty cache) continues from; a location with none
+    resumes nothing."""
+    from helpers import tiny_trial_setup
+
+    from orchestrator.execution import _resumable
+    from trainers.hparams import TrialHParams
+    from trainers.trial import AFTER_PRUNE, run_trial
+
+    setup = tiny_trial_setup(tmp_path, small_text, prune_steps=2, finetune_steps=2, n_head=4)
+    hp = TrialHParams(method="importance", sparsity=0.5)
+    location = f"s3://{bucket}/trials/s/7"
+    uploaded = []
+
+    def upload(folder: Path) -> None:
+        publish(folder, join(location, folder.name))
+        uploaded.append(folder.name)
+
+    first = run_trial(setup, hp, save_dir=tmp_path / "first-node", on_checkpoint=upload)
+    assert uploaded == [AFTER_PRUNE]
+    monkeypatch.setenv("HEADPRUNE_CACHE", str(tmp_path / "second-node"))  # another node
+    folder = _resumable(location)
+    assert folder is not None and folder.is_relative_to(tmp_path / "second-node")
+    again = run_trial(setup, hp, resume_dirs=[folder])
+    assert "prune_resumed" in again.phase_seconds and again.kept_heads == first.kept_heads
+    assert again.val_perplexity == pytest.approx(first.val_perplexity, rel=1e-6)
+    assert _resumable(f"s3://{bucket}/trials/s/8") is None
