@@ -24,6 +24,7 @@ local root nothing is copied: models are read and written in place, as before ob
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import uuid
@@ -59,25 +60,36 @@ def join(location: str | Path, *names: str) -> str:
     return str(Path(location, *names))
 
 
+def shown(url: str) -> str:
+    """``url`` as messages show it: without a user, a password or a query (where credentials
+    could be)."""
+    parts = urlsplit(url)
+    if not parts.scheme:
+        return url
+    return f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}{parts.path}"
+
+
 def parse_root(text: str | Path, flag: str = "--artifacts") -> str:
     """The artifacts root as it is stored and passed around: an absolute path, or a URI without
-    credentials (they come from the environment of each node). A mistake is a ``UserError``."""
+    credentials (they come from the environment of each node). A mistake is a ``UserError``,
+    which never repeats a user, a password or a query the URI held."""
     text = str(text)
     parts = urlsplit(text)
+    if parts.scheme and len(parts.scheme) > 1 and ("@" in parts.netloc or parts.query):
+        raise UserError(
+            f"{flag} {shown(text)}: credentials and options do not go in the URI (they would be logged "
+            "and stored); set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or a profile) and "
+            "AWS_ENDPOINT_URL instead"
+        )
     if parts.scheme in ("", "file") or (len(parts.scheme) == 1 and text[1:3] in (":\\", ":/")):
         return str(Path(parts.path if parts.scheme == "file" else text).resolve())
     if parts.scheme not in REMOTE_SCHEMES:
         known = ", ".join(f"{s}://" for s in ("s3", "gs"))
-        raise UserError(f"{flag} {text}: unknown scheme {parts.scheme!r} (a local folder, {known})")
-    if "@" in parts.netloc:
-        raise UserError(
-            f"{flag}: credentials do not go in the URI (they would be logged and stored); "
-            "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or a profile) instead"
-        )
+        raise UserError(f"{flag} {shown(text)}: unknown scheme {parts.scheme!r} (a local folder, {known})")
     if not parts.netloc:
         raise UserError(f"{flag} {text}: no bucket (expected {parts.scheme}://bucket/prefix)")
-    if parts.query or parts.fragment:
-        raise UserError(f"{flag} {text}: no query or fragment (the endpoint is AWS_ENDPOINT_URL)")
+    if parts.fragment:
+        raise UserError(f"{flag} {text}: no fragment (expected {parts.scheme}://bucket/prefix)")
     path = "/".join(p for p in parts.path.split("/") if p)
     return f"{REMOTE_SCHEMES[parts.scheme]}://{parts.netloc}" + (f"/{path}" if path else "")
 
@@ -142,7 +154,8 @@ def _failure(err: OSError) -> str:
     text = str(err)
     lowered = text.lower()
     if any(s in lowered for s in ("couldn't connect", "connection", "resolve host", "timed out", "curl")):
-        return f"cannot reach the object store ({endpoint() or 'the default endpoint'})"
+        url = endpoint()
+        return f"cannot reach the object store ({shown(url) if url else 'the default endpoint'})"
     if any(
         s in text
         for s in (
@@ -190,6 +203,19 @@ def exists(location: str | Path) -> bool:
     return store.get_file_info(f"{path}/{CONFIG}").type == FileType.File
 
 
+def stored_digest(location: str) -> str | None:
+    """The weights' digest the stored ``config.json`` at ``location`` vouches for (read alone,
+    not the weights); None where there is no readable one."""
+    store, path = filesystem(location)
+    try:
+        with store.open_input_stream(f"{path}/{CONFIG}") as source:
+            return json.loads(source.read()).get("sha256", {}).get(WEIGHTS)
+    except FileNotFoundError:
+        return None
+    except (ValueError, AttributeError):  # cut short or not ours: as good as absent
+        return None
+
+
 def publish(folder: Path, location: str | Path) -> None:
     """Upload the model folder ``folder`` (its files, not its sub-folders) to ``location``: the
     old ``config.json`` removed first, every other file, then ``config.json`` under a hidden
@@ -211,16 +237,16 @@ def publish(folder: Path, location: str | Path) -> None:
             target = staged if file.name == CONFIG else f"{path}/{file.name}"
             with open(file, "rb") as source, store.open_output_stream(target) as out:
                 shutil.copyfileobj(source, out, 1 << 22)
+        targets = [staged if file.name == CONFIG else f"{path}/{file.name}" for file in files]
+        for file, info in zip(files, store.get_file_info(targets)):  # before config.json vouches
+            if info.type != FileType.File or info.size != file.stat().st_size:
+                raise OSError(f"{file.name}: the stored object differs from the file")
         store.copy_file(staged, f"{path}/{CONFIG}")
-        infos = store.get_file_info([f"{path}/{file.name}" for file in files])
     except OSError as err:
         raise OSError(f"uploading {folder} to {location}: {_failure(err)}") from None
     finally:
         with contextlib.suppress(OSError):
             store.delete_file(staged)
-    for file, info in zip(files, infos):
-        if info.type != FileType.File or info.size != file.stat().st_size:
-            raise OSError(f"uploading {file.name} to {location}: the stored object differs")
 
 
 def _download(location: str, into: Path) -> None:
@@ -230,6 +256,10 @@ def _download(location: str, into: Path) -> None:
     try:
         infos = store.get_file_info(FileSelector(path, recursive=False))
     except FileNotFoundError:
+        infos = []
+    except OSError as err:  # a bucket that is not there holds no model (not a network failure)
+        if "NO_SUCH_BUCKET" not in str(err):
+            raise
         infos = []
     if not any(i.base_name == CONFIG and i.type == FileType.File for i in infos):
         raise CorruptModel(f"{location}: no {CONFIG} (not uploaded, or cut short)")
@@ -242,9 +272,10 @@ def _download(location: str, into: Path) -> None:
 
 def fetch(location: str | Path, digest: str | None = None) -> Path:
     """A local folder holding the model at ``location``, checked against its checksums (a
-    ``CorruptModel`` otherwise). A local ``location`` is that folder itself. A remote one is
-    downloaded into this node's cache: under its weights' ``digest`` when given (reused while it
-    verifies and matches it), else into a fresh folder (a checkpoint only a retry reads)."""
+    ``CorruptModel`` otherwise: missing, cut short, other weights than ``digest``; an ``OSError``
+    when the store cannot be reached). A local ``location`` is that folder itself. A remote one
+    is downloaded into this node's cache: under its weights' ``digest`` when given (reused while
+    it verifies and matches it), else into a fresh folder the caller removes when done."""
     if not is_remote(location):
         return Path(location)
     cache = local_cache()
@@ -263,10 +294,11 @@ def fetch(location: str | Path, digest: str | None = None) -> Path:
         found = read_config(staging).get("sha256", {}).get(WEIGHTS)
         if digest and found != digest:
             raise CorruptModel(f"{location}: holds weights {found}, not the expected {digest}")
-    except BaseException as err:
+    except OSError as err:  # the store or the network: another try may succeed
         shutil.rmtree(staging, ignore_errors=True)
-        if isinstance(err, OSError):
-            raise CorruptModel(f"{location}: {_failure(err)}") from None
+        raise OSError(f"{location}: {_failure(err)}") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
         raise
     if not digest:
         return staging
@@ -339,16 +371,26 @@ class TrialArtifacts:
 
 
 def attach_model(trial, root: str) -> str:
-    """Upload a COMPLETE trial's model (``model_dir``, checked by ``model_sha256``) to Optuna's
-    artifact store on ``root`` as ``trial-<number>.tar`` (the model's files, not its
-    after-pruning checkpoint), before the trial is told: Optuna records artifacts only on a
-    trial still running. Returns the artifact's id."""
+    """Upload a COMPLETE trial's model (``model_dir`` on the object store ``root``) to Optuna's
+    artifact store there as ``trial-<number>.tar`` (the model's files, not its after-pruning
+    checkpoint), before the trial is told: Optuna records artifacts only on a trial still
+    running. The model is downloaded for it and not kept. Returns the artifact's id."""
+
+    folder = fetch(trial.user_attrs["model_dir"])
+    try:
+        if read_config(folder)["sha256"][WEIGHTS] != trial.user_attrs.get("model_sha256"):
+            raise CorruptModel(f"{trial.user_attrs['model_dir']}: not the weights the trial reported")
+        return _upload_tar(trial, folder, root)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _upload_tar(trial, folder: Path, root: str) -> str:
     import tarfile
     import tempfile
 
     from optuna.artifacts import upload_artifact
 
-    folder = fetch(trial.user_attrs["model_dir"], trial.user_attrs.get("model_sha256"))
     with tempfile.TemporaryDirectory() as scratch:
         archive = Path(scratch) / f"trial-{trial.number}.tar"
         with tarfile.open(archive, "w") as tar:

@@ -97,7 +97,8 @@ def _reaching_store() -> Iterator[None]:
 
 def _resumable(location: str) -> Path | None:
     """A local folder holding the after-pruning checkpoint a retry may continue from, of the
-    trial whose model goes to ``location``; None when there is none (never saved, cut short)."""
+    trial whose model goes to ``location``; None when there is none (never saved, cut short).
+    From an object store it is a download, which ``train_on_worker`` removes when done."""
     if not is_remote(location):
         return Path(location)
     try:
@@ -145,6 +146,7 @@ def train_on_worker(
         with _reaching_store():
             publish(folder, location if folder == save_dir else join(location, folder.name))
 
+    downloads: list[Path] = []  # what this trial fetched for itself only, removed when it ends
     try:
         with _reaching_store():
             if dense is not None:
@@ -153,6 +155,8 @@ def train_on_worker(
             if config.get("parent_dir"):
                 parent = ModelRef(config["parent_dir"], config.get("parent_sha256") or None).local()
             resume = [folder for loc in config.get("resume_dirs", []) if (folder := _resumable(loc))]
+        if is_remote(location):
+            downloads += [*resume, save_dir]  # save_dir: staged here, kept in the cache once stored
         result = run_trial(
             setup,
             hparams,
@@ -178,6 +182,9 @@ def train_on_worker(
             raise
         tune.report({ERROR_KEY: describe_error(error)[-2000:]})
         return
+    finally:  # stopped at a rung, failed or done: nothing of this trial's stays in the cache's tmp
+        for folder in downloads:
+            shutil.rmtree(folder, ignore_errors=True)
     tune.report(
         {
             "val_perplexity": result.val_perplexity,
@@ -224,8 +231,8 @@ class StudyDriver:
         self.warm_start = warm_start  # a trial starts from the front's next larger model (warm_start.py)
         self.proposer = proposer  # and the others, if given, take its point ([study] sampler gp, nsga2)
         self.on_finished = on_finished
-        # Given a COMPLETE trial before it is told (Optuna attaches artifacts to running trials
-        # only): its model goes to the dashboard's artifact store (artifacts.attach_model).
+        # Given a COMPLETE trial on an object store before it is told (Optuna attaches artifacts
+        # to running trials only): its model goes to the dashboard's artifacts (attach_model).
         self.attach_model = attach_model
         self.models_dir = str(models_dir)  # <artifacts>/trials/<storage.models_folder>: a folder per trial
         finished = study.get_trials(deepcopy=False, states=FINISHED)
@@ -281,7 +288,13 @@ class StudyDriver:
         parent, parent_dir, parent_sha256 = None, "", ""
         if self.warm_start:
             found = self.study.get_trials(deepcopy=False)
-            parent = parent_for(found, hparams, setup=self.setup, dense_weights=self.dense_weights)
+            parent = parent_for(
+                found,
+                hparams,
+                setup=self.setup,
+                dense_weights=self.dense_weights,
+                remote=is_remote(self.models_dir),
+            )
         if parent is not None:
             parent_dir = parent.user_attrs["model_dir"]
             parent_sha256 = parent.user_attrs.get("model_sha256") or ""
@@ -409,7 +422,7 @@ class StudyDriver:
             # (orchestrator/warm_start.py): its weights' digest, and the dense model it came from.
             trial.set_user_attr("model_sha256", outcome.get("model_sha256"))
             trial.set_user_attr("dense_weights", self.dense_weights)
-            if self.attach_model is not None and outcome.get("model_sha256"):
+            if self.attach_model is not None and is_remote(trial.user_attrs["model_dir"]):
                 self.attach_model(trial)
             self.trial_cpu_seconds += outcome["cpu_seconds"]
             trial.set_user_attr("wall_seconds", seconds)

@@ -146,9 +146,14 @@ def check_parents(jobs: list[Job]) -> None:
     for job in jobs:
         if not job.parent_dir:
             continue
-        there = (
-            exists(job.parent_dir) if is_remote(job.parent_dir) else (Path(job.parent_dir) / CONFIG).is_file()
-        )
+        try:
+            there = (
+                exists(job.parent_dir)
+                if is_remote(job.parent_dir)
+                else (Path(job.parent_dir) / CONFIG).is_file()
+            )
+        except OSError as err:  # the store stopped answering after the pre-flight check
+            raise UserError(f"trial {job.trial_number}'s parent {job.parent_dir}: {err}") from None
         if not there:
             raise UserError(
                 f"trial {job.trial_number} started from the model in {job.parent_dir}, which is not "

@@ -21,13 +21,13 @@ from orchestrator.artifacts import (
     attach_model,
     check_root,
     credentials_hidden,
-    exists,
     fetch,
     is_remote,
     join,
     local_cache,
     parse_root,
     publish,
+    stored_digest,
 )
 from orchestrator.config import HF_ONLY, StudyConfig, setup_digest
 from orchestrator.early_stopping import ParetoHalving, ParetoHalvingScheduler
@@ -40,6 +40,7 @@ from orchestrator.execution import (
     StudyCallback,
     StudyDriver,
     StudySearcher,
+    describe_error,
     train_on_worker,
 )
 from orchestrator.export import replicated, study_table, write_table
@@ -76,7 +77,7 @@ from orchestrator.storage import (
     study_exists,
 )
 from trainers.data import Corpus, CorpusError, rung_windows
-from trainers.export import CorruptModel, read_config
+from trainers.export import WEIGHTS, CorruptModel, read_config
 from trainers.families import FamilyConfig
 from trainers.model import ModelConfig
 from trainers.pretrain import DenseCheckpoint, checkpoint_key, ensure_dense_checkpoint
@@ -220,20 +221,27 @@ def dense_location(artifacts: str, dense: DenseCheckpoint) -> str:
     return join(artifacts, "dense", dense.path.name)
 
 
-def _pull_dense(location: str, folder: Path) -> None:
-    """A dense checkpoint on the object store, into this machine's cache, unless a sound copy
-    is there already (``ensure_dense_checkpoint`` then finds it)."""
+def _pull_dense(location: str, folder: Path) -> bool:
+    """The store's dense checkpoint for this key into this machine's cache (``folder``, where
+    ``ensure_dense_checkpoint`` finds it), unless a sound copy of the same weights is there.
+    The store's copy wins over another one cached here (made for another store, say). Returns
+    whether the store holds a sound copy: False for none, or one that fails its checksums,
+    which the caller then replaces."""
+    digest = stored_digest(location)
+    if digest is None:
+        return False
+    with contextlib.suppress(CorruptModel, KeyError):
+        if read_config(folder)["sha256"][WEIGHTS] == digest:
+            return True
     try:
-        read_config(folder)
-        return
-    except CorruptModel:
-        pass
-    if not exists(location):
-        return
-    downloaded = fetch(location)
+        downloaded = fetch(location)
+    except CorruptModel as err:
+        say(f"dense checkpoint on the store not used: {err}")
+        return False
     shutil.rmtree(folder, ignore_errors=True)
     folder.parent.mkdir(parents=True, exist_ok=True)
     downloaded.rename(folder)
+    return True
 
 
 def study_dense_checkpoint(
@@ -258,11 +266,13 @@ def study_dense_checkpoint(
             except ValueError as err:
                 raise UserError(f"{cfg.source}: [model] path: {err}") from None
 
-    local = Path(artifacts)
+    local, stored = Path(artifacts), True
     if is_remote(artifacts):
         local = local_cache()
         key = checkpoint_key(corpus.digest, model_cfg, cfg.pretrain, source)
-        _pull_dense(join(artifacts, "dense", key), local / "dense" / key)
+        stored = _reaching(
+            artifacts, lambda: _pull_dense(join(artifacts, "dense", key), local / "dense" / key)
+        )
     dense = ensure_dense_checkpoint(
         corpus,
         model_cfg,
@@ -276,9 +286,18 @@ def study_dense_checkpoint(
         initial=initial,
         source=source,
     )
-    if is_remote(artifacts) and not exists(dense_location(artifacts, dense)):
-        publish(dense.path, dense_location(artifacts, dense))
+    if not stored:  # made here, or found cached or shipped: uploaded once, for every node
+        _reaching(artifacts, lambda: publish(dense.path, dense_location(artifacts, dense)))
     return dense
+
+
+def _reaching(artifacts: str, work):
+    """``work()``, an object store's failure (it answered the pre-flight check, and stopped) a
+    ``UserError`` of one line rather than a traceback."""
+    try:
+        return work()
+    except OSError as err:
+        raise UserError(f"--artifacts {artifacts}: {err}") from None
 
 
 def _search_seed(cfg: StudyConfig, store: StudyStore, study_name: str) -> int:
@@ -452,8 +471,8 @@ def _attach_model(trial: optuna.Trial, artifacts: str) -> None:
     go on, with one line saying so."""
     try:
         attach_model(trial, artifacts)
-    except (OSError, CorruptModel) as err:
-        say(f"trial {trial.number}: its model is not in the dashboard's artifacts ({err})")
+    except Exception as err:  # the dashboard's copy only: never worth the study
+        say(f"trial {trial.number}: its model is not in the dashboard's artifacts ({describe_error(err)})")
 
 
 def _wind_down(store: StudyStore, study: optuna.Study, driver: StudyDriver) -> None:

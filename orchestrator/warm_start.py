@@ -9,12 +9,12 @@ rounds; docs/methods.md, warm starts): a point at 75% removed inherits the fine-
 50% point it came from. Every trial still costs its own budget, and the study's compute counts
 every trial, parents included, so a comparison at equal compute stays fair.
 
-The parent is chosen from the database alone: a COMPLETE trial records its saved model's
-location (``model_dir``, under ``--artifacts``, an object store on a cluster), its weights' digest
-(``model_sha256``) and the dense weights it was pruned from (``dense_weights``), and the worker
-fetches the parent from the store by that digest (``orchestrator/artifacts.py``). A trial of an
-earlier version, which recorded no digest, is checked on the driver's disk instead, and passed
-over when its folder is not there or not usable (``parent_for``).
+A COMPLETE trial records its saved model's location (``model_dir``, under ``--artifacts``, an
+object store on a cluster), its weights' digest (``model_sha256``) and the dense weights it was
+pruned from (``dense_weights``). On an object store the parent is chosen from the database alone,
+and the worker fetches it by that digest (``orchestrator/artifacts.py``); a folder on the
+driver's disk is also checked there, and passed over when it is not there or not usable
+(``parent_for``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ def parent_for(
     *,
     setup: str | None = None,
     dense_weights: str | None = None,
+    remote: bool = False,
 ) -> FrozenTrial | None:
     """The trial a new one with ``hparams`` starts from: the front's smallest model keeping more
     heads than its target (the fewest heads left to remove) that can be one. None for a method
@@ -58,21 +59,25 @@ def parent_for(
         if kept > heads_to_keep(total, hparams["sparsity"]):
             candidates.append((kept, trial.number, trial))
     for _, _, trial in sorted(candidates, key=lambda c: c[:2]):
-        if usable_parent(trial, dense_weights):
+        if usable_parent(trial, dense_weights, remote):
             return trial
     return None
 
 
-def usable_parent(trial: FrozenTrial, dense_weights: str | None) -> bool:
+def usable_parent(trial: FrozenTrial, dense_weights: str | None, remote: bool = False) -> bool:
     """Whether a trial's saved model can be a parent: pruned from the dense weights whose digest
-    is ``dense_weights``, with its kept heads recorded. A trial that recorded its model's digest
-    was stored whole before it became COMPLETE, and the database says the rest. One of an
-    earlier version is checked in its folder (``trainers.trial.check_parent``: on this
-    machine's disk, not cut short, saved by a version that recorded its heads)."""
+    is ``dense_weights``, with its kept heads recorded. On an object store the database says it
+    all: a trial that recorded its model's digest was stored whole before it became COMPLETE,
+    and the worker checks the digest again when it fetches it. A folder on this machine's disk
+    is checked there too (``trainers.trial.check_parent``: still there, not cut short, saved by
+    a version that recorded its heads). A run on an object store (``remote``) passes over a
+    parent saved on a disk, which its workers may not reach."""
     attrs = trial.user_attrs
-    if attrs.get("model_sha256"):
-        return attrs.get("dense_weights") == dense_weights and isinstance(attrs.get("kept_heads"), list)
     if is_remote(attrs["model_dir"]):
+        return bool(attrs.get("model_sha256")) and (
+            attrs.get("dense_weights") == dense_weights and isinstance(attrs.get("kept_heads"), list)
+        )
+    if remote:
         return False
     try:
         check_parent(Path(attrs["model_dir"]), dense_weights)

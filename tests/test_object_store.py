@@ -128,8 +128,9 @@ def test_roots_are_paths_or_uris_without_credentials(tmp_path):
     for bad, said in (
         ("ftp://host/x", "unknown scheme 'ftp'"),
         ("s3://", "no bucket"),
-        ("s3://b/p?endpoint_override=x", "no query"),
-        ("s3://AKIA:hunter2@bucket/p", "credentials do not go in the URI"),
+        ("s3://b/p?access_key=AKIA&secret_key=hunter2", "credentials and options do not go in the URI"),
+        ("s3://AKIA:hunter2@bucket/p", "credentials and options do not go in the URI"),
+        ("https://AKIA:hunter2@host/p", "credentials and options do not go in the URI"),
     ):
         with pytest.raises(UserError, match=said) as err:
             parse_root(bad)
@@ -390,3 +391,19 @@ def test_a_retry_resumes_from_the_after_pruning_checkpoint_on_the_store(
     assert "prune_resumed" in again.phase_seconds and again.kept_heads == first.kept_heads
     assert again.val_perplexity == pytest.approx(first.val_perplexity, rel=1e-6)
     assert _resumable(f"s3://{bucket}/trials/s/8") is None
+
+
+def test_a_store_that_does_not_answer_is_a_transient_failure_not_a_corrupt_model(aws, monkeypatch):
+    """A worker that cannot reach the store raises what Tune retries (``TransientTrialError``);
+    a model that is not there, or not whole, is a deterministic ``CorruptModel``."""
+    from orchestrator.execution import _reaching_store, _resumable
+    from trainers.trial import TRANSIENT_ERRORS
+
+    with pytest.raises(CorruptModel):
+        fetch("s3://no-such-bucket/trials/s/1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")
+    with pytest.raises(OSError, match="cannot reach the object store") as err:
+        fetch("s3://bucket/trials/s/1", "0" * 64)
+    assert not isinstance(err.value, CorruptModel)
+    with pytest.raises(TRANSIENT_ERRORS), _reaching_store():
+        _resumable("s3://bucket/trials/s/1")
