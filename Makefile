@@ -23,3 +23,9 @@ lint: bootstrap
 
 clean:
 	rm -rf runs .pytest_cache
+
+# docker/compose.yaml end to end, with images built here (scripts/cluster_test.sh). Once per
+# machine, as root: scripts/cluster_prereqs.sh (Docker, docker-compose, base images, wheels).
+.PHONY: cluster-test
+cluster-test: bootstrap
+	@scripts/cluster_test.sh
