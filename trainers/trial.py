@@ -99,7 +99,7 @@ def _resume_point(dirs: list[Path], hp: TrialHParams, identity: dict, device: to
             continue
         try:  # a checkpoint cut short or altered is not resumed from: the pruning is redone
             meta = read_config(checkpoint)
-            if meta.get("hparams") != hp.to_dict() or _same_identity(meta.get("identity")) != identity:
+            if meta.get("hparams") != hp.to_dict() or _without_paths(meta.get("identity")) != identity:
                 continue
             model, _ = load_model(checkpoint, device=str(device))
         except CorruptModel:
@@ -110,7 +110,7 @@ def _resume_point(dirs: list[Path], hp: TrialHParams, identity: dict, device: to
     return None
 
 
-def _same_identity(recorded: dict | None) -> dict | None:
+def _without_paths(recorded: dict | None) -> dict | None:
     """A recorded identity as this version writes it: earlier ones also named the dense model's
     and the parent's folders, which their weights' digests (kept) identify better."""
     if not isinstance(recorded, dict):
