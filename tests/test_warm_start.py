@@ -225,3 +225,18 @@ def test_a_retry_resumes_after_pruning_only_from_the_same_parent(tmp_path, small
     assert "prune_resumed" not in other.phase_seconds
     cold = run_trial(setup, hp, resume_dirs=[tmp_path / "try1"])
     assert "prune_resumed" not in cold.phase_seconds
+
+
+def test_an_earlier_versions_checkpoint_naming_folders_still_resumes(tmp_path, small_text):
+    """Checkpoints written before identities named models by digest alone also held the dense
+    model's and the parent's folders: a retry still resumes from them."""
+    setup = tiny_trial_setup(tmp_path, small_text, prune_steps=2, finetune_steps=2, n_head=4)
+    run_trial(setup, TrialHParams(method="importance", sparsity=0.25), save_dir=tmp_path / "a")
+    hp = TrialHParams(method="importance", sparsity=0.5)
+    first = run_trial(setup, hp, save_dir=tmp_path / "try1", parent=tmp_path / "a")
+    config = tmp_path / "try1" / "after_prune" / CONFIG
+    meta = json.loads(config.read_text())  # config.json vouches for the other files, not itself
+    meta["identity"] |= {"dense": "/old/artifacts/dense/key", "parent": "/old/artifacts/trials/s/1"}
+    config.write_text(json.dumps(meta))
+    again = run_trial(setup, hp, resume_dirs=[tmp_path / "try1"], parent=tmp_path / "a")
+    assert "prune_resumed" in again.phase_seconds and again.kept_heads == first.kept_heads
