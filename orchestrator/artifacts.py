@@ -370,16 +370,17 @@ class TrialArtifacts:
         store.delete_file(path)
 
 
-def attach_model(trial, root: str) -> str:
-    """Upload a COMPLETE trial's model (``model_dir`` on the object store ``root``) to Optuna's
-    artifact store there as ``trial-<number>.tar`` (the model's files, not its after-pruning
-    checkpoint), before the trial is told: Optuna records artifacts only on a trial still
-    running. The model is downloaded for it and not kept. Returns the artifact's id."""
+def attach_model(trial, root: str, model_dir: str, digest: str) -> str:
+    """Upload a COMPLETE trial's model (at ``model_dir`` on the object store ``root``, weights of
+    digest ``digest``) to Optuna's artifact store there as ``trial-<number>.tar`` (the model's
+    files, not its after-pruning checkpoint), before the trial is told: Optuna records artifacts
+    only on a trial still running. The model is downloaded for it and not kept. Returns the
+    artifact's id."""
 
-    folder = fetch(trial.user_attrs["model_dir"])
+    folder = fetch(model_dir)
     try:
-        if read_config(folder)["sha256"][WEIGHTS] != trial.user_attrs.get("model_sha256"):
-            raise CorruptModel(f"{trial.user_attrs['model_dir']}: not the weights the trial reported")
+        if read_config(folder)["sha256"][WEIGHTS] != digest:
+            raise CorruptModel(f"{model_dir}: not the weights the trial reported")
         return _upload_tar(trial, folder, root)
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -35,6 +35,7 @@ perplexity alone would stop every small model, the cheap end of the front. This 
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Hashable, Sequence
 
@@ -85,25 +86,154 @@ def pareto_order(points: Sequence[Point]) -> list[int]:
     return sorted(range(len(points)), key=lambda i: (ranks[i], -contribution[i], points[i][1]))
 
 
+def goes_on_batch(points: Sequence[Point], mine: int, reduction_factor: float, margin: float) -> bool:
+    """The decision for ``points[mine]`` from the whole rung, written plainly (quadratic): it goes
+    on when no other point at least as small beats it with its perplexity raised by ``margin``
+    first, or when it is among the top ceil(n / reduction_factor) of ``pareto_order``. With
+    margin 0 the first is plain dominance, so the rung's front is safe; above 0 a trial within
+    the rung's own noise of a point at least as small is kept too (``[early_stopping] margin``).
+    ``ParetoHalving`` decides the same from ``RungRanking`` (the tests hold it to this)."""
+    others = [p for i, p in enumerate(points) if i != mine]
+    if not any(dominates((ppl * (1 + margin), params), points[mine]) for ppl, params in others):
+        return True
+    return pareto_order(points).index(mine) < math.ceil(len(points) / reduction_factor)
+
+
+class RungRanking:
+    """The points of one rung, kept in non-dominated ranks as they arrive, so that a decision
+    costs about the same with 10,000 points as with 100 (``pareto_order`` sorts them all anew:
+    quadratic in the rank count). It answers what ``pareto_order`` would, exactly: a trial's
+    position in that order, and whether a point at least as small beats it by a margin.
+
+    Each rank is a staircase (parameters ascending, perplexity descending) of entries
+    ``(params, -ppl, seq, key)``; ``seq`` is the order keys first arrived, which breaks ties as
+    ``pareto_order``'s stable sort does. Ranks nest: whatever dominates a point in rank k+1 has a
+    dominator in rank k, so a new point's rank is found by bisection over the ranks. A new point
+    at rank r pushes the points it dominates there down one rank, and those push the points they
+    dominate further, the only ranks that change (2-D dynamic non-dominated sorting). A point
+    replaced or forgotten (rare: a restarted worker, a failed trial) rebuilds the rung."""
+
+    def __init__(self) -> None:
+        self.ranks: list[list[tuple[float, float, int, Hashable]]] = []
+        self.where: dict[Hashable, int] = {}  # key -> its rank
+        self.points: dict[Hashable, Point] = {}  # in the order keys first arrived
+        self.seq: dict[Hashable, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.points)
+
+    def add(self, key: Hashable, point: Point) -> None:
+        if key in self.points:
+            self.points[key] = point  # keeps its place in the arrival order, as a dict does
+            self._rebuild()
+            return
+        self.seq[key] = len(self.seq)
+        self.points[key] = point
+        self._insert([self._entry(key)], self._rank_for(point))
+
+    def remove(self, key: Hashable) -> None:
+        if self.points.pop(key, None) is not None:
+            self._rebuild()
+
+    def _entry(self, key: Hashable) -> tuple[float, float, int, Hashable]:
+        ppl, params = self.points[key]
+        return (params, -ppl, self.seq[key], key)
+
+    def _rebuild(self) -> None:
+        """Every point again, by parameters then perplexity: none dominates one placed before it,
+        so nothing is pushed down."""
+        self.ranks, self.where = [], {}
+        for key in sorted(self.points, key=lambda k: (self.points[k][1], self.points[k][0])):
+            self._insert([self._entry(key)], self._rank_for(self.points[key]))
+
+    @staticmethod
+    def _dominated_by(staircase: list, point: Point) -> bool:
+        """Some entry of a staircase dominates ``point``: the one with the most parameters not
+        above the point's has the lowest perplexity of those that could."""
+        ppl, params = point
+        i = bisect.bisect_right(staircase, (params, math.inf))
+        if not i:
+            return False
+        best_params, best_ppl = staircase[i - 1][0], -staircase[i - 1][1]
+        return best_ppl < ppl or (best_ppl == ppl and best_params < params)
+
+    def _rank_for(self, point: Point) -> int:
+        low, high = 0, len(self.ranks)  # the first rank that does not dominate the point
+        while low < high:
+            middle = (low + high) // 2
+            if self._dominated_by(self.ranks[middle], point):
+                low = middle + 1
+            else:
+                high = middle
+        return low
+
+    def _insert(self, arriving: list, rank: int) -> None:
+        while arriving:
+            if rank == len(self.ranks):
+                self.ranks.append([])
+            staircase = self.ranks[rank]
+            arriving.sort()
+            pushed = [e for e in staircase if self._dominated_by(arriving, (-e[1], e[0]))]
+            if pushed:
+                gone = {e[3] for e in pushed}
+                staircase[:] = [e for e in staircase if e[3] not in gone]
+            for entry in arriving:
+                bisect.insort(staircase, entry)
+                self.where[entry[3]] = rank
+            arriving, rank = pushed, rank + 1
+
+    def position(self, key: Hashable) -> int:
+        """Where ``pareto_order`` of the rung's points puts ``key`` (0: first)."""
+        rank = self.where[key]
+        ahead = sum(len(self.ranks[r]) for r in range(rank))
+        staircase = self.ranks[rank]
+        contribution = [math.inf] * len(staircase)
+        for i in range(1, len(staircase) - 1):
+            before, here, after = staircase[i - 1], staircase[i], staircase[i + 1]
+            contribution[i] = (after[0] - here[0]) * (-before[1] - -here[1])
+        order = [(-contribution[i], e[0], e[2]) for i, e in enumerate(staircase)]
+        mine = order[next(i for i, e in enumerate(staircase) if e[3] == key)]
+        return ahead + sum(o < mine for o in order)
+
+    def beaten_by_margin(self, key: Hashable, margin: float) -> bool:
+        """Another point at least as small is better, its perplexity raised by ``margin``
+        (relative) first (``goes_on_batch``, the rule written plainly). Only the rung's front
+        can: whatever beats the point, a front point at least as good in both does too."""
+        ppl, params = self.points[key]
+        front = [e for e in self.ranks[0] if e[3] != key]
+        i = bisect.bisect_right(front, (params, math.inf))
+        if not i:
+            return False
+        best_params, best_ppl = front[i - 1][0], -front[i - 1][1]
+        return dominates((best_ppl * (1 + margin), best_params), (ppl, params))
+
+
 class ParetoHalving:
     """The points each trial reached at each rung, and the decision when one arrives."""
 
     def __init__(self, n_rungs: int, reduction_factor: float, margin: float = 0.0) -> None:
+        if margin < 0:
+            raise ValueError(f"margin must be at least 0, got {margin}")
         self.reduction_factor = reduction_factor
         self.margin = margin
-        self.pools: list[dict[Hashable, Point]] = [{} for _ in range(n_rungs)]
+        self.rankings = [RungRanking() for _ in range(n_rungs)]
         self.passed: list[set[Hashable]] = [set() for _ in range(n_rungs)]
+
+    @property
+    def pools(self) -> list[dict[Hashable, Point]]:
+        """Each rung's points by trial key."""
+        return [dict(ranking.points) for ranking in self.rankings]
 
     def record(self, rung: int, key: Hashable, point: Point) -> None:
         """A point measured earlier (a resumed study's finished trials), without a decision; a
         diverged one (not finite) is not pooled."""
         if math.isfinite(point[0]):
-            self.pools[rung][key] = (float(point[0]), float(point[1]))
+            self.rankings[rung].add(key, (float(point[0]), float(point[1])))
 
     def forget(self, key: Hashable) -> None:
         """A trial that failed: its points no longer count (its retry reports its own)."""
-        for pool, passed in zip(self.pools, self.passed, strict=True):
-            pool.pop(key, None)
+        for ranking, passed in zip(self.rankings, self.passed, strict=True):
+            ranking.remove(key)
             passed.discard(key)
 
     def decide(self, rung: int, key: Hashable, point: Point) -> bool:
@@ -119,20 +249,11 @@ class ParetoHalving:
         return False
 
     def _goes_on(self, rung: int, key: Hashable) -> bool:
-        keys = list(self.pools[rung])
-        points = [self.pools[rung][k] for k in keys]
-        mine = keys.index(key)
-        if not self.dominated_beyond_margin(points[mine], [p for k, p in zip(keys, points) if k != key]):
+        ranking = self.rankings[rung]
+        if not ranking.beaten_by_margin(key, self.margin):
             return True  # the best seen at its size, or within the margin of it: no hole in the front
-        keep = math.ceil(len(points) / self.reduction_factor)
-        return pareto_order(points).index(mine) < keep
-
-    def dominated_beyond_margin(self, point: Point, others: Sequence[Point]) -> bool:
-        """Some other point is at least as small and better, with its perplexity raised by the
-        margin (relative) first. Margin 0: plain dominance, so only the rung's front is safe.
-        A margin above 0 keeps a trial whose rung perplexity is within the rung's own noise of a
-        point at least as small (``[early_stopping] margin``, README)."""
-        return any(dominates((ppl * (1 + self.margin), params), point) for ppl, params in others)
+        keep = math.ceil(len(ranking) / self.reduction_factor)
+        return ranking.position(key) < keep
 
 
 class ParetoHalvingScheduler(FIFOScheduler):

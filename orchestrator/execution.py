@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import optuna
 import ray
+from optuna.trial import FrozenTrial
 from ray import tune
 from ray.tune import Callback
 from ray.tune.search import Searcher
@@ -30,10 +31,11 @@ from ray.tune.stopper import Stopper
 
 from orchestrator.artifacts import ModelRef, fetch, is_remote, join, keep_in_cache, publish, staging_for
 from orchestrator.early_stopping import RUNG_KEY
-from orchestrator.front_gaps import gap_fill_point
+from orchestrator.front_gaps import distinct, gap_fill_point
 from orchestrator.progress import say
-from orchestrator.records import OBJECTIVES, record_result
+from orchestrator.records import OBJECTIVES, result_attrs
 from orchestrator.search_space import Range, SearchSpace
+from orchestrator.study_trials import StudyTrials
 from orchestrator.warm_start import parent_for
 from trainers.export import WEIGHTS, CorruptModel, read_config
 from trainers.hparams import TrialHParams
@@ -201,26 +203,33 @@ def error_line(error: Exception | None) -> str:
 
 
 class StudyDriver:
-    """Keeps the Optuna study and the running Tune trials in step, and the budget of trials."""
+    """Keeps the Optuna study and the running trials in step, and the budget of trials. Whatever
+    runs the trials (Ray Tune, or ``simulation.SimulatedExecutor``) calls ``next_config`` for a
+    trial to start, ``note_rung`` and ``finish`` as it reports. What it reads of the study comes
+    from ``trials`` (``study_trials.StudyTrials``), one trial read per change, and what it
+    writes of a trial goes in one batch per event, so that its cost per trial does not grow
+    with the study."""
 
     def __init__(
         self,
         study: optuna.Study,
         space: SearchSpace,
         *,
+        trials: StudyTrials,
         n_trials: int,
         max_failed: int,
         models_dir: str | Path,
-        on_finished: Callable[[int], None],
+        on_finished: Callable[[FrozenTrial, list[int] | None], None],
         spread_trials: int = 0,
         gap_fill_every: int = 0,
         warm_start: bool = False,
         proposer: Proposer | None = None,
         trial_cpu_seconds_budget: float | None = None,
         still_leased: Callable[[], bool] = lambda: True,
-        attach_model: Callable[[optuna.Trial], None] | None = None,
+        attach_model: Callable[[optuna.Trial, str, str], None] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
-        self.study, self.space = study, space
+        self.study, self.space, self.trials = study, space, trials
         # Once another driver holds the study, this one neither asks nor tells (its running
         # trials are the new holder's to resume): see storage.HeldLease.
         self.still_leased = still_leased
@@ -230,12 +239,15 @@ class StudyDriver:
         self.gap_fill_every = gap_fill_every  # then every N-th fills the front's widest gap
         self.warm_start = warm_start  # a trial starts from the front's next larger model (warm_start.py)
         self.proposer = proposer  # and the others, if given, take its point ([study] sampler gp, nsga2)
+        # Told a finished trial and, when it joined the front, the numbers it pushed off (else None)
         self.on_finished = on_finished
         # Given a COMPLETE trial on an object store before it is told (Optuna attaches artifacts
-        # to running trials only): its model goes to the dashboard's artifacts (attach_model).
+        # to running trials only), with its model's location and digest: the model goes to the
+        # dashboard's artifacts (artifacts.attach_model).
         self.attach_model = attach_model
+        self.clock = clock  # wall seconds of a trial: a simulation's virtual clock
         self.models_dir = str(models_dir)  # <artifacts>/trials/<storage.models_folder>: a folder per trial
-        finished = study.get_trials(deepcopy=False, states=FINISHED)
+        finished = [t for t in trials.by_number.values() if t.state in FINISHED]
         self.n_finished = len(finished)  # COMPLETE and PRUNED: what --n-trials counts, as Optuna's optimize
         # With a budget of trial CPU seconds (benchmarks at equal compute), no trial starts once
         # the finished ones' CPU time adds up to it.
@@ -250,6 +262,7 @@ class StudyDriver:
         self.live: dict[str, optuna.Trial] = {}  # Tune trial id -> Optuna trial
         self.started: dict[str, float] = {}
         self.curves: dict[str, list[list[float]]] = {}  # Tune trial id -> rung reports so far
+        self.timings = DriverTimings()
 
     def interrupt(self, signum: int) -> None:
         """A signal: ask for no more trials; Tune stops the running ones (RunStopper), which
@@ -267,46 +280,46 @@ class StudyDriver:
             return Searcher.FINISHED if not self.live else None
         if self.n_finished + len(self.live) >= self.n_trials:
             return None  # enough trials running to reach the budget: wait for them
-        waiting = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
         # The dense control goes first, unless a retry is waiting (ask() would hand it that one).
-        control = self.dense_control_pending and not waiting
-        if not self.dense_control_pending:
-            self._enqueue_spread()
-        trial = self.study.ask()
-        if control:
-            # The study's first trial is the dense control: the same budget, nothing removed,
-            # nothing sampled (SearchSpace.control_point).
-            hparams = self.space.control_point()
-            trial.set_user_attr("dense_control", True)
-            trial.set_user_attr("control_hparams", CONTROL_NOTE)
-            self.dense_control_pending = False
-        else:
-            hparams = self.space.suggest(trial)
-        model_dir = join(self.models_dir, str(trial.number))
-        trial.set_user_attr("hparams", hparams)
-        trial.set_user_attr("model_dir", model_dir)
-        parent, parent_dir, parent_sha256 = None, "", ""
-        if self.warm_start:
-            found = self.study.get_trials(deepcopy=False)
-            parent = parent_for(
-                found,
-                hparams,
-                setup=self.setup,
-                dense_weights=self.dense_weights,
-                remote=is_remote(self.models_dir),
-            )
-        if parent is not None:
-            parent_dir = parent.user_attrs["model_dir"]
-            parent_sha256 = parent.user_attrs.get("model_sha256") or ""
-            trial.set_user_attr("warm_start_from", parent.number)
-            trial.set_user_attr("parent_dir", parent_dir)
+        control = self.dense_control_pending and not self.trials.waiting
+        with self.timings.measure("ask"):
+            if not self.dense_control_pending:
+                self._enqueue_spread()
+            trial = self.study.ask()
+            attrs: dict[str, Any] = {}
+            if control:
+                # The study's first trial is the dense control: the same budget, nothing removed,
+                # nothing sampled (SearchSpace.control_point).
+                hparams = self.space.control_point()
+                attrs |= {"dense_control": True, "control_hparams": CONTROL_NOTE}
+                self.dense_control_pending = False
+            else:
+                hparams = self.space.suggest(trial)
+        with self.timings.measure("bookkeeping"):
+            model_dir = join(self.models_dir, str(trial.number))
+            attrs |= {"hparams": hparams, "model_dir": model_dir}
+            parent, parent_dir, parent_sha256 = None, "", ""
+            if self.warm_start:
+                parent = parent_for(
+                    distinct(self.trials.front_trials()),
+                    hparams,
+                    setup=self.setup,
+                    dense_weights=self.dense_weights,
+                    remote=is_remote(self.models_dir),
+                )
+            if parent is not None:
+                parent_dir = parent.user_attrs["model_dir"]
+                parent_sha256 = parent.user_attrs.get("model_sha256") or ""
+                attrs |= {"warm_start_from": parent.number, "parent_dir": parent_dir}
+            self.trials.set_attrs(trial.number, attrs)
+            frozen, _ = self.trials.read(trial.number)  # its parameters, and a retry's retry_of
         self.live[tune_trial_id] = trial
-        self.started[tune_trial_id] = time.time()
+        self.started[tune_trial_id] = self.clock()
         target = f" sparsity {hparams['sparsity']:.2f}" if "sparsity" in hparams else ""
         source = f" from trial {parent.number}" if parent is not None else ""
         say(f"trial {trial.number}: started  {hparams['method']}{target}{source}")
         # A retry of a trial whose driver died resumes from that trial's checkpoint, if it left one.
-        retry_of = trial.user_attrs.get("retry_of")
+        retry_of = frozen.user_attrs.get("retry_of")
         resume = [model_dir] + ([join(self.models_dir, str(retry_of))] if retry_of is not None else [])
         return {
             "optuna_trial": trial.number,
@@ -328,62 +341,74 @@ class StudyDriver:
         ``gap_fill_every``-th trial fills the front's widest gap (``front_gaps``), and the others
         take the ``proposer``'s parameters where there is one (``runner.make_proposer``). The study's
         sampler chooses whatever is not enqueued."""
-        trials = self.study.get_trials(deepcopy=False)
-        if any(t.state == optuna.trial.TrialState.WAITING for t in trials):
+        if self.trials.waiting:
             return  # a retry asked for earlier goes first
         # A retry repeats a trial's point: not a new index, or a failure would skip a sparsity
         # (and, with methods in turn, give the next method's turn to the one after it).
-        index = sum(not t.user_attrs.get("dense_control") and "retry_of" not in t.user_attrs for t in trials)
+        index = self.trials.searched
         attrs = None
         if index < self.spread_trials:
             point = self.space.start_point(index)
         elif self.gap_fill_every and (index - self.spread_trials) % self.gap_fill_every == 0:
-            point = self._gap_fill(trials)
+            point = self._gap_fill()
         elif self.proposer is not None:
-            point, attrs = self.proposer(trials), {"proposed_by": self.proposer.name}
+            point, attrs = self.proposer(self.trials.all()), {"proposed_by": self.proposer.name}
         else:
             point = None
         if point is not None:
             self.study.enqueue_trial(point, user_attrs=attrs)
 
-    def _gap_fill(self, trials: list[optuna.trial.FrozenTrial]) -> dict | None:
+    def _gap_fill(self) -> dict | None:
         """A trial in the middle of the front's widest step, with the settings of the point at
         its smaller end (``front_gaps``); None, and the sampler chooses, when there is no gap."""
         sparsity = self.space.entries.get("sparsity")
         if not isinstance(sparsity, Range):
             return None
-        running = [t.params["sparsity"] for t in trials if t.state == RUNNING and "sparsity" in t.params]
-        return gap_fill_point(trials, running, sparsity.low, sparsity.high)
+        running = [t.params["sparsity"] for t in self.live.values() if "sparsity" in t.params]
+        front = distinct(self.trials.front_trials())
+        return gap_fill_point(front, self.trials.tried, running, sparsity.low, sparsity.high)
 
     def note_retry(self, tune_trial_id: str, error: Exception | None) -> None:
         trial = self.live.get(tune_trial_id)
         if trial is not None and self.still_leased():
-            retries = trial.user_attrs.get("worker_retries", 0) + 1
-            trial.set_user_attr("worker_retries", retries)
-            trial.set_user_attr("last_worker_error", error_line(error))
+            retries = self.trials.by_number[trial.number].user_attrs.get("worker_retries", 0) + 1
+            self.trials.set_attrs(
+                trial.number, {"worker_retries": retries, "last_worker_error": error_line(error)}
+            )
 
     def note_rung(self, tune_trial_id: str, result: dict) -> None:
         """A rung report: the trial's learning curve so far, kept on the Optuna trial (the
         dashboard shows it; a resumed driver seeds the scheduler's pools with it)."""
         trial = self.live.get(tune_trial_id)
         if trial is not None and RUNG_KEY in result and self.still_leased():
-            point = [result[RUNG_KEY], result["finetune_step"], result["val_perplexity"]]
-            # A worker restarted by Tune reports its rungs again: the new report replaces the old.
-            earlier = [p for p in self.curves.get(tune_trial_id, []) if p[0] < point[0]]
-            self.curves[tune_trial_id] = [*earlier, point]
-            trial.set_user_attr("curve", self.curves[tune_trial_id])
-            trial.set_user_attr("n_params", result["n_params"])
-            trial.set_user_attr("rung_tokens", result.get("rung_tokens"))
-            trial.set_user_attr("rung_context", self.rung_context)
+            with self.timings.measure("bookkeeping"):
+                point = [result[RUNG_KEY], result["finetune_step"], result["val_perplexity"]]
+                # A worker restarted by Tune reports its rungs again: the new report replaces the old.
+                earlier = [p for p in self.curves.get(tune_trial_id, []) if p[0] < point[0]]
+                self.curves[tune_trial_id] = [*earlier, point]
+                self.trials.set_attrs(
+                    trial.number,
+                    {
+                        "curve": self.curves[tune_trial_id],
+                        "n_params": result["n_params"],
+                        "rung_tokens": result.get("rung_tokens"),
+                        "rung_context": self.rung_context,
+                    },
+                )
 
     def _stopped_early(self, trial: optuna.Trial, result: dict, seconds: float) -> None:
         """The scheduler stopped it at a rung: PRUNED, with the step and what it saved."""
-        trial.set_user_attr("stopped_at_step", result["finetune_step"])
-        trial.set_user_attr("finetune_steps", result["finetune_steps"])
-        trial.set_user_attr("saved_steps", result["finetune_steps"] - result["finetune_step"])
-        trial.set_user_attr("rung_val_perplexity", result["val_perplexity"])
-        trial.set_user_attr("wall_seconds", seconds)
-        trial.set_user_attr("cpu_seconds", result.get("cpu_seconds", 0.0))
+        self.trials.set_attrs(
+            trial.number,
+            {
+                "stopped_at_step": result["finetune_step"],
+                "finetune_steps": result["finetune_steps"],
+                "saved_steps": result["finetune_steps"] - result["finetune_step"],
+                "rung_val_perplexity": result["val_perplexity"],
+                "wall_seconds": seconds,
+                "cpu_seconds": result.get("cpu_seconds", 0.0),
+            },
+        )
         self.trial_cpu_seconds += result.get("cpu_seconds", 0.0)
         self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         self.n_finished += 1
@@ -394,12 +419,17 @@ class StudyDriver:
         trial = self.live.pop(tune_trial_id, None)
         if trial is None or not self.still_leased():
             return
-        seconds = time.time() - self.started.pop(tune_trial_id)
-        self.curves.pop(tune_trial_id, None)
+        with self.timings.measure("bookkeeping"):
+            self._finish(trial, self.clock() - self.started.pop(tune_trial_id), result, error)
+            self.curves.pop(tune_trial_id, None)
+            told, pushed_off = self.trials.read(trial.number)
+        self.on_finished(told, pushed_off)
+
+    def _finish(self, trial: optuna.Trial, seconds: float, result: dict | None, error: str | None) -> None:
+        """Record and tell one finished trial: stopped at a rung, failed, or COMPLETE."""
         values = None
         if error is None and result and RESULT_KEY not in result and RUNG_KEY in result:
             self._stopped_early(trial, result, seconds)
-            self.on_finished(trial.number)
             return
         if error is None and result and ERROR_KEY in result:
             error = result[ERROR_KEY]
@@ -409,27 +439,46 @@ class StudyDriver:
             if not all(math.isfinite(v) for v in values):
                 error, values = f"non-finite objective values {values}", None
         if values is None:
-            trial.set_user_attr("error", (error or "trial ended without a result")[-2000:])
-            if trial.user_attrs.get("dense_control"):
+            self.trials.set_attrs(trial.number, {"error": (error or "trial ended without a result")[-2000:]})
+            if self.trials.by_number[trial.number].user_attrs.get("dense_control"):
                 self.dense_control_pending = True
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             self.n_failed += 1
-        else:
-            record_result(trial, outcome)
-            if self.setup is not None:  # what its replicates must match
-                trial.set_user_attr("setup", self.setup)
+            return
+        attrs = result_attrs(outcome) | {
             # What a warm start needs to choose this model as a parent, without reading it
             # (orchestrator/warm_start.py): its weights' digest, and the dense model it came from.
-            trial.set_user_attr("model_sha256", outcome.get("model_sha256"))
-            trial.set_user_attr("dense_weights", self.dense_weights)
-            if self.attach_model is not None and is_remote(trial.user_attrs["model_dir"]):
-                self.attach_model(trial)
-            self.trial_cpu_seconds += outcome["cpu_seconds"]
-            trial.set_user_attr("wall_seconds", seconds)
-            trial.set_user_attr("node_id", result.get("node_id", ""))
-            self.study.tell(trial, values)
-            self.n_finished += 1
-        self.on_finished(trial.number)
+            "model_sha256": outcome.get("model_sha256"),
+            "dense_weights": self.dense_weights,
+            "wall_seconds": seconds,
+            "node_id": result.get("node_id", ""),
+        }
+        if self.setup is not None:  # what its replicates must match
+            attrs["setup"] = self.setup
+        self.trials.set_attrs(trial.number, attrs)
+        model_dir = self.trials.by_number[trial.number].user_attrs["model_dir"]
+        if self.attach_model is not None and is_remote(model_dir):
+            self.attach_model(trial, model_dir, outcome.get("model_sha256") or "")
+        self.trial_cpu_seconds += outcome["cpu_seconds"]
+        self.study.tell(trial, values)
+        self.n_finished += 1
+
+
+class DriverTimings:
+    """Where the driver's time goes, per kind of work (``bench.driver`` reads it): wall and
+    thread-CPU seconds of the sampler's ask (``ask``) and of the rest of its work on a trial
+    (``bookkeeping``); the scheduler's rung decisions are timed by the scheduler."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def measure(self, kind: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[kind] = self.seconds.get(kind, 0.0) + time.perf_counter() - start
 
 
 class StudySearcher(Searcher):

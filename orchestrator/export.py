@@ -47,15 +47,16 @@ class Replicated(NamedTuple):
         return cls({}, set())
 
 
-def replicated(store: StudyStore, study: optuna.Study) -> Replicated:
+def replicated(store: StudyStore, study: optuna.Study, trials: list[FrozenTrial] | None = None) -> Replicated:
     """What ``launch-study replicate`` recorded for the study under the setup its last run
-    measured (``[study] setup``, ``config.setup_digest``); none before a run has stored one."""
+    measured (``[study] setup``, ``config.setup_digest``); none before a run has stored one.
+    ``trials``: the COMPLETE trials whose setup to check (the front, for a driver's note),
+    else all of them."""
     setup = study.user_attrs.get("setup")
     if setup is None:
         return Replicated.none()
-    return Replicated(
-        read_replicates(store, study.study_name, setup), measured_elsewhere(complete_trials(study), setup)
-    )
+    checked = complete_trials(study) if trials is None else trials
+    return Replicated(read_replicates(store, study.study_name, setup), measured_elsewhere(checked, setup))
 
 
 def seed_columns(frame: pd.DataFrame, replicates: Replicated) -> pd.DataFrame:

@@ -11,10 +11,10 @@ trials in between keep exploring (``[study] gap_fill_every``; BENCHMARKS.md has 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from typing import Any
 
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from orchestrator.frontier import pareto_front
 
@@ -22,10 +22,23 @@ from orchestrator.frontier import pareto_front
 def front_of(trials: Iterable[FrozenTrial]) -> list[FrozenTrial]:
     """COMPLETE trials no other beats on both objectives (perplexity, parameters), largest first."""
     done = [t for t in trials if t.values is not None and len(t.values) == 2]
-    front = pareto_front(sorted(done, key=lambda t: t.number), key=lambda t: t.values)
-    # one point per (perplexity, parameters), the latest: repeats add no area
-    unique = {tuple(t.values): t for t in front}
+    return distinct(pareto_front(done, key=lambda t: t.values))
+
+
+def distinct(front: Iterable[FrozenTrial]) -> list[FrozenTrial]:
+    """The front's trials, one per (perplexity, parameters), the latest (repeats add no area),
+    largest first: what a gap fill and a warm start choose from."""
+    unique: dict[tuple[float, ...], FrozenTrial] = {}
+    for trial in front:
+        point = tuple(trial.values)
+        if point not in unique or unique[point].number < trial.number:
+            unique[point] = trial
     return sorted(unique.values(), key=lambda t: -t.values[1])
+
+
+def tried_key(params: dict[str, Any]) -> frozenset:
+    """A trial's parameters as a set member (``gap_fill_point``'s ``tried``)."""
+    return frozenset(params.items())
 
 
 def heads_kept(trial: FrozenTrial) -> tuple[int, int]:
@@ -35,7 +48,11 @@ def heads_kept(trial: FrozenTrial) -> tuple[int, int]:
 
 
 def gap_fill_point(
-    trials: Iterable[FrozenTrial], running_sparsities: Iterable[float], low: float, high: float
+    front: list[FrozenTrial],
+    tried: Container[frozenset],
+    running_sparsities: Iterable[float],
+    low: float,
+    high: float,
 ) -> dict[str, Any] | None:
     """The parameters of the next gap-filling trial, or None when no gap has a size between its
     ends (adjacent head counts) that the sparsity range ``[low, high]`` allows.
@@ -46,14 +63,13 @@ def gap_fill_point(
     models the trial like any other. The dense control has none: a gap next to it only ends there.
     A gap whose fill was already tried (stopped early, or finished off the front) is passed over:
     a trial is deterministic in its parameters, so asking it again would repeat its result.
+    ``front`` is ``distinct``'s; ``tried`` holds the finished trials' parameters (``tried_key``).
     """
-    trials = list(trials)  # read twice: the front, and the fills already tried
-    front = [t for t in front_of(trials) if "heads_per_layer" in t.user_attrs]
+    front = [t for t in front if "heads_per_layer" in t.user_attrs]
     if len(front) < 2:
         return None
     total = heads_kept(front[0])[1]
     running = [round((1.0 - s) * total) for s in running_sparsities]
-    tried = [t.params for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
     best, best_area = None, 0.0
     for big, small in zip(front, front[1:]):
         (kept_big, _), (kept_small, _) = heads_kept(big), heads_kept(small)
@@ -66,7 +82,7 @@ def gap_fill_point(
         if not kept_small < round((1.0 - sparsity) * total) < kept_big:
             continue  # the range does not reach inside the gap
         point = {**small.params, "sparsity": sparsity}
-        if point in tried:
+        if tried_key(point) in tried:
             continue  # this fill ran already and did not close the gap
         area = (big.values[1] - small.values[1]) * (small.values[0] - big.values[0])
         if area > best_area:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from itertools import groupby
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -30,6 +31,53 @@ def pareto_front(points: Sequence[T], key=lambda p: p) -> list[T]:
             front.extend(p for p in group if key(p)[0] == lowest)
         best_smaller = min(best_smaller, lowest)
     return front
+
+
+class IncrementalFront(Generic[T]):
+    """The front of points that arrive one at a time: after each ``add``, ``items()`` holds what
+    ``pareto_front`` of every point so far returns (equal points all kept), at a cost of
+    O(log n) plus the points pushed off, where ``pareto_front`` sorts everything again. A driver
+    ten thousand trials into a study keeps its front this way, and writes only the change.
+
+    Kept as a staircase sorted by (parameters, arrival): parameters ascending, perplexity
+    descending, equal points side by side."""
+
+    def __init__(self) -> None:
+        self._keys: list[tuple[float, int]] = []  # (params, arrival), for bisection
+        self._perplexity: list[float] = []
+        self._items: list[T] = []
+        self._arrivals = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def items(self) -> list[T]:
+        """The front, by parameters (ascending), equal points in the order they arrived."""
+        return list(self._items)
+
+    def add(self, item: T, point: tuple[float, float]) -> list[T] | None:
+        """Add ``item`` at ``point`` (perplexity, parameters). Returns None when a point of the
+        front dominates it (nothing changes), else the items it pushed off the front."""
+        ppl, params = point
+        below = bisect.bisect_right(self._keys, (params, float("inf")))
+        if below:  # the front point with the most parameters not above this one's: the best such
+            best_params, best_ppl = self._keys[below - 1][0], self._perplexity[below - 1]
+            if best_ppl < ppl or (best_ppl == ppl and best_params < params):
+                return None
+        start = bisect.bisect_left(self._keys, (params, -1))
+        end = start  # what it dominates: as many parameters or more, and no lower perplexity
+        while end < len(self._items) and self._perplexity[end] >= ppl:
+            if self._keys[end][0] == params and self._perplexity[end] == ppl:
+                break  # an equal point: kept, and so is everything after it
+            end += 1
+        removed = self._items[start:end]
+        del self._keys[start:end], self._perplexity[start:end], self._items[start:end]
+        at = bisect.bisect_right(self._keys, (params, self._arrivals))  # after equal points
+        self._keys.insert(at, (params, self._arrivals))
+        self._perplexity.insert(at, ppl)
+        self._items.insert(at, item)
+        self._arrivals += 1
+        return removed
 
 
 def hypervolume(points: Sequence[tuple[float, float]], reference: tuple[float, float]) -> float:

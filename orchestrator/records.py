@@ -13,7 +13,6 @@ import json
 from dataclasses import dataclass, fields
 from typing import Any
 
-import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from trainers.trial import TrialResult
@@ -22,11 +21,10 @@ OBJECTIVES = ("val_perplexity", "n_params")
 RESULT_ATTRS = tuple(f.name for f in fields(TrialResult) if f.name not in OBJECTIVES)
 
 
-def record_result(trial: optuna.Trial, outcome: dict[str, Any]) -> None:
-    """Keep a worker's result (``TrialResult.to_dict()``) but its objectives on its Optuna
-    trial (the objectives are the values it is told)."""
-    for key in RESULT_ATTRS:
-        trial.set_user_attr(key, outcome[key])
+def result_attrs(outcome: dict[str, Any]) -> dict[str, Any]:
+    """What a COMPLETE trial keeps of a worker's result (``TrialResult.to_dict()``) as user
+    attributes: all but its objectives (the values it is told)."""
+    return {key: outcome[key] for key in RESULT_ATTRS}
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from orchestrator.export import replicated, study_table, write_table
 from orchestrator.interrupts import Interrupted
 from orchestrator.progress import PhaseProgress, say
 from orchestrator.records import TrialRecord, dense_control, measured_elsewhere
-from orchestrator.report import front_note
+from orchestrator.report import study_front_note
 from orchestrator.runner import (
     RunOptions,
     corpus_cache,
@@ -321,7 +321,7 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
             run = ReplicateRun(store, opts.study_name, setup, jobs, still_leased=lease.held)
             _run_jobs(cfg, opts, trial_setup, run)
         lease.check("the replicates still running (a rerun runs them)")
-        save_note(study, front_note(study, replicated(store, study)))  # the dashboard's, with the seeds
+        save_note(study, study_front_note(study, replicated(store, study)))  # the dashboard's, with the seeds
     csv = write_table(study_table(store, study), opts.output_csv)
     say(f"Pareto front with each point's perplexity over every seed recorded for it -> {csv}")
     return ReplicateSummary(csv, run.failed if run else [])

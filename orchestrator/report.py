@@ -216,13 +216,27 @@ def format_status(status: StudyStatus) -> str:
     return "\n".join(lines)
 
 
-def front_note(study: optuna.Study, replicates: Replicated | None = None) -> str:
-    """Markdown for the dashboard: the current front, one row per trial, with each point's
-    perplexity over its seeds once ``launch-study replicate`` has measured them."""
+def study_front_note(study: optuna.Study, replicates: Replicated | None = None) -> str:
+    """``front_note`` of a study read whole (``launch-study replicate``, the end of a run)."""
     trials = study.get_trials(deepcopy=False)
     done = [t for t in trials if t.state == TrialState.COMPLETE]
-    stopped = [t for t in trials if t.state == TrialState.PRUNED]
-    front = sorted(pareto_front(done, key=lambda t: (t.values[0], t.values[1])), key=lambda t: t.values[1])
+    front = pareto_front(done, key=lambda t: (t.values[0], t.values[1]))
+    stopped = sum(t.state == TrialState.PRUNED for t in trials)
+    return front_note(front, len(done), stopped, dense_control(done), replicates)
+
+
+def front_note(
+    front: list[FrozenTrial],
+    complete: int,
+    stopped: int,
+    control: FrozenTrial | None,
+    replicates: Replicated | None = None,
+) -> str:
+    """Markdown for the dashboard: the current front, one row per trial, with each point's
+    perplexity over its seeds once ``launch-study replicate`` has measured them; ``complete``
+    and ``stopped`` count the study's COMPLETE and PRUNED trials, ``control`` is its COMPLETE
+    dense control (a driver passes what it keeps, ``study_trials.StudyTrials``)."""
+    front = sorted(front, key=lambda t: t.values[1])
     seeds = trials_over_seeds(front, replicates or Replicated.none())
     replicated = bool(len(front)) and bool((seeds["seeds"] > 1).any())
 
@@ -246,7 +260,6 @@ def front_note(study: optuna.Study, replicates: Replicated | None = None) -> str
         for i, t in enumerate(front)
         for r in [TrialRecord.from_trial(t)]
     ]
-    control = dense_control(done)
     control_line = (
         [
             f"Dense control: trial {control.number}, val perplexity {control.values[0]:.3f} "
@@ -258,10 +271,10 @@ def front_note(study: optuna.Study, replicates: Replicated | None = None) -> str
     )
     return "\n".join(
         [
-            f"## Pareto front ({len(front)} of {len(done)} complete trials)",
+            f"## Pareto front ({len(front)} of {complete} complete trials)",
             "",
             *control_line,
-            *([f"{len(stopped)} trials stopped early by Pareto rank (PRUNED).", ""] if stopped else []),
+            *([f"{stopped} trials stopped early by Pareto rank (PRUNED).", ""] if stopped else []),
             "| trial | method | sparsity | val perplexity |"
             + (" over seeds: mean [lowest, highest] |" if replicated else "")
             + " bits per byte | parameters | heads per layer |",

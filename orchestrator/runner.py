@@ -9,6 +9,7 @@ import math
 import os
 import shutil
 import signal
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,11 +58,12 @@ from orchestrator.preflight import (
     check_writable_folder,
 )
 from orchestrator.progress import PhaseProgress, say
-from orchestrator.report import dense_reference, front_note, last_failure
+from orchestrator.report import front_note, last_failure, study_front_note
 from orchestrator.search_space import SearchSpace
 from orchestrator.storage import (
     HeldLease,
     StudyStore,
+    change_frontier,
     check_objectives,
     check_store,
     create_or_load_study,
@@ -76,6 +78,7 @@ from orchestrator.storage import (
     sqlite_database,
     study_exists,
 )
+from orchestrator.study_trials import StudyTrials
 from trainers.data import Corpus, CorpusError, rung_windows
 from trainers.export import WEIGHTS, CorruptModel, read_config
 from trainers.families import FamilyConfig
@@ -408,13 +411,15 @@ def _run_leased(
     study.set_user_attr("max_concurrent", opts.max_concurrent)
     study.set_user_attr("versions", package_versions())
 
+    after_trial = AfterTrial(store, study)
     driver = StudyDriver(
         study,
         space,
+        trials=StudyTrials(store.storage, study.study_name, store.engine),
         n_trials=opts.n_trials,
         max_failed=cfg.study.max_failed_trials,
         models_dir=join(opts.artifacts, "trials", models_folder(study)),
-        on_finished=lambda number: _after_trial(store, study, driver, number),
+        on_finished=lambda trial, pushed_off: after_trial(driver, trial, pushed_off),
         spread_trials=startup,
         gap_fill_every=cfg.study.gap_fill_every,
         warm_start=cfg.study.warm_start,
@@ -423,7 +428,7 @@ def _run_leased(
         ),
         trial_cpu_seconds_budget=opts.trial_cpu_seconds_budget,
         still_leased=lease.held,
-        attach_model=lambda trial: _attach_model(trial, opts.artifacts),
+        attach_model=lambda trial, model_dir, digest: _attach_model(trial, opts.artifacts, model_dir, digest),
     )
     dense = None
     if driver.n_finished < opts.n_trials:
@@ -451,6 +456,7 @@ def _run_leased(
         say(f"study already holds {driver.n_finished} finished trials (asked for {opts.n_trials})")
 
     rows = refresh_frontier(store, study)
+    save_note(study, study_front_note(study, replicated(store, study)))
     if not rows:
         failure = last_failure(study.get_trials(deepcopy=False))
         cause = f"; the last failure: trial {failure[0]}: {failure[1]}" if failure else ""
@@ -465,12 +471,12 @@ def _run_leased(
     return RunSummary(opts.study_name, driver.n_finished, driver.n_failed, len(rows), dense, csv)
 
 
-def _attach_model(trial: optuna.Trial, artifacts: str) -> None:
+def _attach_model(trial: optuna.Trial, artifacts: str, model_dir: str, digest: str) -> None:
     """A COMPLETE trial's model, as an artifact the dashboard serves (``artifacts.attach_model``).
     A store that fails here costs the dashboard's copy only: the trial, its model and the study
     go on, with one line saying so."""
     try:
-        attach_model(trial, artifacts)
+        attach_model(trial, artifacts, model_dir, digest)
     except Exception as err:  # the dashboard's copy only: never worth the study
         say(f"trial {trial.number}: its model is not in the dashboard's artifacts ({describe_error(err)})")
 
@@ -505,44 +511,67 @@ def package_versions() -> dict[str, str]:
     return found
 
 
-def _after_trial(store: StudyStore, study: optuna.Study, driver: StudyDriver, number: int) -> None:
-    """After every trial: the frontier table, the dashboard's note, one progress line."""
-    front = refresh_frontier(store, study)
-    save_note(study, front_note(study, replicated(store, study)))
-    trials = study.get_trials(deepcopy=False)
-    trial = trials[number]
-    if trial.values and trial.user_attrs.get("dense_control"):
-        study.set_user_attr("dense_control_perplexity", trial.values[0])
+class AfterTrial:
+    """After every finished trial: the frontier table's change, the dashboard's note, one
+    progress line. The note is written again when the front changed, or at most every
+    ``NOTE_SECONDS`` for its counts, so that it costs nothing per trial in a long study; the
+    run writes it once more at its end."""
+
+    NOTE_SECONDS = 30.0
+
+    def __init__(self, store: StudyStore, study: optuna.Study) -> None:
+        self.store, self.study = store, study
+        self.note_written = -math.inf
+
+    def __call__(
+        self, driver: StudyDriver, trial: optuna.trial.FrozenTrial, pushed_off: list[int] | None
+    ) -> None:
+        kept = driver.trials
+        if pushed_off is not None:
+            change_frontier(self.store, self.study.study_name, [kept.row(trial.number)], pushed_off)
+        front = kept.front_trials()
+        if pushed_off is not None or time.monotonic() - self.note_written > self.NOTE_SECONDS:
+            replicates = replicated(self.store, self.study, front)
+            save_note(self.study, front_note(front, kept.complete, kept.pruned, kept.control, replicates))
+            self.note_written = time.monotonic()
+        if trial.values and trial.user_attrs.get("dense_control"):
+            self.study.set_user_attr("dense_control_perplexity", trial.values[0])
+        say(
+            f"trial {trial.number}: {_outcome(trial)}  | {_counts(driver)}{_best_so_far(kept.control, front)}"
+        )
+
+
+def _outcome(trial: optuna.trial.FrozenTrial) -> str:
+    attrs = trial.user_attrs
     if trial.values:
-        what = (
-            f"COMPLETE  sparsity {trial.user_attrs['sparsity']:.2f}  "
+        return (
+            f"COMPLETE  sparsity {attrs['sparsity']:.2f}  "
             f"ppl {trial.values[0]:.3f}  params {int(trial.values[1]):,}"
         )
-    elif trial.state == optuna.trial.TrialState.PRUNED:
-        attrs = trial.user_attrs
-        what = (
+    if trial.state == optuna.trial.TrialState.PRUNED:
+        return (
             f"STOPPED at fine-tuning step {attrs['stopped_at_step']}/{attrs['finetune_steps']}  "
             f"ppl {attrs['rung_val_perplexity']:.3f}  params {attrs['n_params']:,}"
         )
-    else:
-        what = f"FAIL  {trial.user_attrs.get('error', '')}"
-    counts = f"finished {driver.n_finished}/{driver.n_trials}, running {len(driver.live)}"
-    say(
-        f"trial {number}: {what}  | {counts}, failed {driver.n_failed}, front {len(front)}"
-        f"{_best_so_far(trials, front)}"
+    return f"FAIL  {attrs.get('error', '')}"
+
+
+def _counts(driver: StudyDriver) -> str:
+    return (
+        f"finished {driver.n_finished}/{driver.n_trials}, running {len(driver.live)}, "
+        f"failed {driver.n_failed}, front {len(driver.trials.front)}"
     )
 
 
-def _best_so_far(trials: list, front: list[dict]) -> str:
+def _best_so_far(control: optuna.trial.FrozenTrial | None, front: list[optuna.trial.FrozenTrial]) -> str:
     """The smallest model on the front within 2% of the dense control's perplexity."""
-    dense = dense_reference(trials)
-    if dense is None:
+    if control is None:
         return ""
-    close = [r for r in front if r["val_perplexity"] <= 1.02 * dense[0]]
+    close = [t for t in front if t.values[0] <= 1.02 * control.values[0]]
     if not close:
         return ""
-    best = min(close, key=lambda r: r["n_params"])
-    return f", smallest within 2% of dense: {best['n_params']:,} params (trial {best['trial_number']})"
+    best = min(close, key=lambda t: t.values[1])
+    return f", smallest within 2% of dense: {int(best.values[1]):,} params (trial {best.number})"
 
 
 def rung_context(setup: str | None, rungs: tuple[float, ...], rung_tokens: int) -> str:

@@ -9,6 +9,7 @@ seeds (``launch-study replicate``).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import socket
@@ -405,6 +406,23 @@ def refresh_frontier(store: StudyStore, study: optuna.Study) -> list[dict[str, A
     return rows
 
 
+def change_frontier(
+    store: StudyStore, study_name: str, added: list[dict[str, Any]], removed: list[int]
+) -> None:
+    """The frontier table as a change: a trial that joined the front (its row) and the ones it
+    pushed off (their numbers), in one transaction; what ``refresh_frontier`` would leave, at a
+    cost that does not grow with the study (``study_trials.StudyTrials`` keeps the front)."""
+    now = datetime.now(UTC)
+    with Session(store.engine) as session, session.begin():
+        if removed:
+            session.execute(
+                sa.delete(ParetoPoint).where(
+                    ParetoPoint.study_name == study_name, ParetoPoint.trial_number.in_(removed)
+                )
+            )
+        session.add_all(ParetoPoint(study_name=study_name, updated_at=now, **r) for r in added)
+
+
 def read_frontier(store: StudyStore, study_name: str) -> list[dict[str, Any]]:
     """The study's rows of the frontier table (none in a database no run has written)."""
     if not sa.inspect(store.engine).has_table(ParetoPoint.__tablename__):
@@ -674,3 +692,47 @@ def hold_lease(store: StudyStore, study_name: str, ttl_seconds: float) -> Iterat
         thread.join()
         if not held.lost.is_set():
             release_lease(store, study_name, held.owner)
+
+
+def write_trial_user_attrs(engine: sa.Engine, study_id: int, number: int, attrs: dict[str, Any]) -> None:
+    """Several user attributes of a running trial in one transaction. Optuna's storage commits
+    each ``set_user_attr`` on its own, a transaction of three statements per key (a finished
+    trial has 15-25), and it has no call that writes several; this writes the same rows of its
+    schema (``trial_user_attributes``: one JSON value per key, what optuna-dashboard and every
+    Optuna version read) at once, after checking, as Optuna does, that the trial still runs."""
+    if not attrs:
+        return
+    trials, user_attrs = _optuna_tables(engine)
+    with engine.begin() as conn:
+        found = conn.execute(
+            sa.select(trials.c.trial_id, trials.c.state).where(
+                trials.c.study_id == study_id, trials.c.number == number
+            )
+        ).one_or_none()
+        if found is None or str(found.state).rsplit(".", 1)[-1] != TrialState.RUNNING.name:
+            raise RuntimeError(f"trial {number} is not running: its attributes are not written")
+        conn.execute(
+            sa.delete(user_attrs).where(
+                user_attrs.c.trial_id == found.trial_id, user_attrs.c.key.in_(list(attrs))
+            )
+        )
+        conn.execute(
+            sa.insert(user_attrs),
+            [{"trial_id": found.trial_id, "key": k, "value_json": json.dumps(v)} for k, v in attrs.items()],
+        )
+
+
+_OPTUNA_TABLES: dict[str, tuple[sa.Table, sa.Table]] = {}
+
+
+def _optuna_tables(engine: sa.Engine) -> tuple[sa.Table, sa.Table]:
+    """Optuna's ``trials`` and ``trial_user_attributes`` tables, read from the database once
+    per engine (their columns are Optuna's schema, which ``RDBStorage`` checks the version of)."""
+    key = str(engine.url)
+    if key not in _OPTUNA_TABLES:
+        metadata = sa.MetaData()
+        _OPTUNA_TABLES[key] = (
+            sa.Table("trials", metadata, autoload_with=engine),
+            sa.Table("trial_user_attributes", metadata, autoload_with=engine),
+        )
+    return _OPTUNA_TABLES[key]

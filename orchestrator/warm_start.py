@@ -25,14 +25,14 @@ from pathlib import Path
 from optuna.trial import FrozenTrial
 
 from orchestrator.artifacts import is_remote
-from orchestrator.front_gaps import front_of, heads_kept
+from orchestrator.front_gaps import heads_kept
 from trainers.gates import heads_to_keep
 from trainers.hparams import TARGET_METHODS
 from trainers.trial import check_parent
 
 
 def parent_for(
-    trials: Iterable[FrozenTrial],
+    front: Iterable[FrozenTrial],
     hparams: dict,
     *,
     setup: str | None = None,
@@ -45,11 +45,11 @@ def parent_for(
     checkpoint; the dense control is never a parent). A point is passed over, and the next larger
     one tried, when it was measured under another setup than ``setup`` (``config.setup_digest``:
     other budgets, another dense model), or its saved model is not one the trial could start
-    from (``usable_parent``)."""
+    from (``usable_parent``). ``front`` is the study's (``front_gaps.distinct``)."""
     if hparams.get("method") not in TARGET_METHODS:
         return None
     candidates = []
-    for trial in front_of(trials):
+    for trial in front:
         folder = trial.user_attrs.get("model_dir")
         if trial.user_attrs.get("dense_control") or "heads_per_layer" not in trial.user_attrs or not folder:
             continue

@@ -31,20 +31,24 @@ def default_study_driver(tmp_path: Path, **options):
     from orchestrator.config import load_study_config
     from orchestrator.execution import StudyDriver
     from orchestrator.runner import make_sampler
+    from orchestrator.study_trials import StudyTrials
 
     cfg = load_study_config(REPO / "studies" / "tinyshakespeare.toml")
     space = cfg.search.for_model(options.pop("layer_heads", (8, 8, 8, 8)))  # as the runner's
+    storage = optuna.storages.InMemoryStorage()
     study = optuna.create_study(
+        storage=storage,
         directions=["minimize", "minimize"],
         sampler=make_sampler("tpe", seed=0, startup=options.pop("startup")),
     )
     return StudyDriver(
         study,
         space,
+        trials=StudyTrials(storage, study.study_name),
         n_trials=options.pop("n_trials", 12),
         max_failed=0,
         models_dir=tmp_path,
-        on_finished=lambda n: None,
+        on_finished=lambda trial, pushed_off: None,
         **options,
     )
 

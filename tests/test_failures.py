@@ -10,6 +10,8 @@ import orchestrator.execution as execution
 from orchestrator.config import load_study_config
 from orchestrator.execution import ERROR_KEY, StudyDriver, train_on_worker
 from orchestrator.report import format_status, study_status
+from orchestrator.storage import open_store
+from orchestrator.study_trials import StudyTrials
 from trainers.trial import TransientTrialError
 
 
@@ -58,11 +60,16 @@ def test_an_exception_from_tune_itself_is_tunes(monkeypatch):
 
 def test_the_driver_records_the_cause_and_status_shows_it(tmp_path):
     cfg = load_study_config(SMOKE)
-    study = optuna.create_study(
-        study_name="f", storage=f"sqlite:///{tmp_path}/f.db", directions=["minimize", "minimize"]
-    )
+    store = open_store(f"sqlite:///{tmp_path}/f.db")
+    study = optuna.create_study(study_name="f", storage=store.storage, directions=["minimize", "minimize"])
     driver = StudyDriver(
-        study, cfg.search, n_trials=3, max_failed=5, models_dir=tmp_path, on_finished=lambda n: None
+        study,
+        cfg.search,
+        trials=StudyTrials(store.storage, "f", store.engine),
+        n_trials=3,
+        max_failed=5,
+        models_dir=tmp_path,
+        on_finished=lambda trial, pushed_off: None,
     )
     driver.next_config("t0")
     driver.finish("t0", {ERROR_KEY: "RuntimeError: Torch not compiled with CUDA enabled"}, None)

@@ -7,7 +7,7 @@ import optuna
 from helpers import HEADS, n_params, per_layer, worker_result
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 
-from orchestrator.front_gaps import front_of, gap_fill_point
+from orchestrator.front_gaps import front_of, gap_fill_point, tried_key
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -16,6 +16,12 @@ DISTRIBUTIONS = {
     "sparsity": FloatDistribution(0.05, 0.875),
     "lr": FloatDistribution(1e-3, 6e-3, log=True),
 }
+
+
+def fill(trials, running, low, high):
+    """``gap_fill_point`` given what the driver keeps: the front and the parameters tried."""
+    tried = {tried_key(t.params) for t in trials if t.state.is_finished() and t.state.name != "FAIL"}
+    return gap_fill_point(front_of(trials), tried, running, low, high)
 
 
 def finished(kept: int, ppl: float, params: dict | None = None) -> optuna.trial.FrozenTrial:
@@ -45,12 +51,12 @@ def test_the_front_is_the_non_dominated_trials_largest_first():
 
 def test_the_widest_step_is_filled_halfway_with_its_smaller_ends_settings():
     # steps: dense -> 24 heads (66k params x 0.09 ppl), 24 -> 4 heads (165k x 1.58): the second
-    point = gap_fill_point([DENSE, MILD, TOPK_SMALL, DOMINATED], [], 0.05, 0.875)
+    point = fill([DENSE, MILD, TOPK_SMALL, DOMINATED], [], 0.05, 0.875)
     assert point == {"method": "topk", "sparsity": 1 - 14 / 32, "lr": 2e-3}  # 14 heads: halfway
 
 
 def test_a_step_a_running_trial_is_on_its_way_to_is_left_to_it():
-    point = gap_fill_point([DENSE, MILD, TOPK_SMALL], [0.5], 0.05, 0.875)  # 16 heads: inside 24 -> 4
+    point = fill([DENSE, MILD, TOPK_SMALL], [0.5], 0.05, 0.875)  # 16 heads: inside 24 -> 4
     assert point == {"method": "importance", "sparsity": 1 - 28 / 32, "lr": 3e-3}  # dense -> 24 instead
 
 
@@ -59,20 +65,20 @@ def test_a_fill_already_tried_is_not_asked_again():
     stopped = optuna.trial.create_trial(
         state=optuna.trial.TrialState.PRUNED, params=widest_fill, distributions=DISTRIBUTIONS
     )
-    point = gap_fill_point([DENSE, MILD, TOPK_SMALL, stopped], [], 0.05, 0.875)
+    point = fill([DENSE, MILD, TOPK_SMALL, stopped], [], 0.05, 0.875)
     assert point == {"method": "importance", "sparsity": 1 - 28 / 32, "lr": 3e-3}  # the next widest
     off_the_front = finished(14, 7.5, widest_fill)  # finished, but dominated: the gap stays open
-    point = gap_fill_point([DENSE, MILD, TOPK_SMALL, off_the_front], [], 0.05, 0.875)
+    point = fill([DENSE, MILD, TOPK_SMALL, off_the_front], [], 0.05, 0.875)
     assert point == {"method": "importance", "sparsity": 1 - 28 / 32, "lr": 3e-3}
 
 
 def test_no_gap_without_a_size_in_between_or_inside_the_range():
     next_to_dense = finished(31, 4.61, {"method": "importance", "sparsity": 0.05, "lr": 3e-3})
-    assert gap_fill_point([DENSE, next_to_dense], [], 0.0, 0.875) is None  # adjacent head counts
+    assert fill([DENSE, next_to_dense], [], 0.0, 0.875) is None  # adjacent head counts
     two_heads = finished(2, 9.0, {"method": "topk", "sparsity": 0.875, "lr": 2e-3})
     # 4 -> 2 heads holds 3, but sparsity 0.906 is beyond the range's 0.875
-    assert gap_fill_point([DENSE, TOPK_SMALL, two_heads], [0.5], 0.05, 0.875) is None
-    assert gap_fill_point([DENSE], [], 0.05, 0.875) is None
+    assert fill([DENSE, TOPK_SMALL, two_heads], [0.5], 0.05, 0.875) is None
+    assert fill([DENSE], [], 0.05, 0.875) is None
 
 
 def test_the_driver_alternates_gap_fills_with_the_samplers_trials(tmp_path):

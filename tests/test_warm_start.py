@@ -11,6 +11,7 @@ import optuna
 import pytest
 from helpers import HEADS, n_params, per_layer, tiny_trial_setup, worker_result
 
+from orchestrator.front_gaps import front_of
 from orchestrator.warm_start import parent_for
 from trainers.export import CONFIG, WEIGHTS, load_model
 from trainers.hparams import TrialHParams
@@ -48,7 +49,9 @@ def test_the_parent_is_the_smallest_front_model_larger_than_the_target(tmp_path)
         trial.number = number
 
     def parent(sparsity: float, method: str = "importance", among=trials, **context):
-        found = parent_for(among, {"method": method, "sparsity": sparsity}, dense_weights="d", **context)
+        found = parent_for(
+            front_of(among), {"method": method, "sparsity": sparsity}, dense_weights="d", **context
+        )
         return None if found is None else found.number
 
     assert parent(1 - 8 / 32) == 4  # 8 heads: from the 11-head point, not the dominated 12
@@ -92,7 +95,9 @@ def test_a_parent_on_an_object_store_is_chosen_from_what_the_database_records():
         return trial
 
     def parent(*trials) -> int | None:
-        found = parent_for(trials, {"method": "importance", "sparsity": 1 - 8 / 32}, dense_weights="d")
+        found = parent_for(
+            front_of(trials), {"method": "importance", "sparsity": 1 - 8 / 32}, dense_weights="d"
+        )
         return None if found is None else found.number
 
     larger, smaller = stored(1, 16, 4.8), stored(2, 11, 5.0)
