@@ -26,6 +26,7 @@ import ray
 from optuna.trial import FrozenTrial
 from ray import tune
 from ray.tune import Callback
+from ray.tune.schedulers import TrialScheduler
 from ray.tune.search import Searcher
 from ray.tune.stopper import Stopper
 
@@ -247,7 +248,7 @@ class StudyDriver:
         self.attach_model = attach_model
         self.clock = clock  # wall seconds of a trial: a simulation's virtual clock
         self.models_dir = str(models_dir)  # <artifacts>/trials/<storage.models_folder>: a folder per trial
-        finished = [t for t in trials.by_number.values() if t.state in FINISHED]
+        finished = [t for t in trials.all() if t.state in FINISHED]
         self.n_finished = len(finished)  # COMPLETE and PRUNED: what --n-trials counts, as Optuna's optimize
         # With a budget of trial CPU seconds (benchmarks at equal compute), no trial starts once
         # the finished ones' CPU time adds up to it.
@@ -312,7 +313,7 @@ class StudyDriver:
                 parent_sha256 = parent.user_attrs.get("model_sha256") or ""
                 attrs |= {"warm_start_from": parent.number, "parent_dir": parent_dir}
             self.trials.set_attrs(trial.number, attrs)
-            frozen, _ = self.trials.read(trial.number)  # its parameters, and a retry's retry_of
+            frozen, _ = self.trials.update(trial.number)  # a retry's retry_of, counted as asked
         self.live[tune_trial_id] = trial
         self.started[tune_trial_id] = self.clock()
         target = f" sparsity {hparams['sparsity']:.2f}" if "sparsity" in hparams else ""
@@ -371,7 +372,7 @@ class StudyDriver:
     def note_retry(self, tune_trial_id: str, error: Exception | None) -> None:
         trial = self.live.get(tune_trial_id)
         if trial is not None and self.still_leased():
-            retries = self.trials.by_number[trial.number].user_attrs.get("worker_retries", 0) + 1
+            retries = self.trials.trial(trial.number).user_attrs.get("worker_retries", 0) + 1
             self.trials.set_attrs(
                 trial.number, {"worker_retries": retries, "last_worker_error": error_line(error)}
             )
@@ -422,7 +423,7 @@ class StudyDriver:
         with self.timings.measure("bookkeeping"):
             self._finish(trial, self.clock() - self.started.pop(tune_trial_id), result, error)
             self.curves.pop(tune_trial_id, None)
-            told, pushed_off = self.trials.read(trial.number)
+            told, pushed_off = self.trials.update(trial.number)
         self.on_finished(told, pushed_off)
 
     def _finish(self, trial: optuna.Trial, seconds: float, result: dict | None, error: str | None) -> None:
@@ -440,7 +441,7 @@ class StudyDriver:
                 error, values = f"non-finite objective values {values}", None
         if values is None:
             self.trials.set_attrs(trial.number, {"error": (error or "trial ended without a result")[-2000:]})
-            if self.trials.by_number[trial.number].user_attrs.get("dense_control"):
+            if self.trials.trial(trial.number).user_attrs.get("dense_control"):
                 self.dense_control_pending = True
             self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             self.n_failed += 1
@@ -456,7 +457,7 @@ class StudyDriver:
         if self.setup is not None:  # what its replicates must match
             attrs["setup"] = self.setup
         self.trials.set_attrs(trial.number, attrs)
-        model_dir = self.trials.by_number[trial.number].user_attrs["model_dir"]
+        model_dir = self.trials.trial(trial.number).user_attrs["model_dir"]
         if self.attach_model is not None and is_remote(model_dir):
             self.attach_model(trial, model_dir, outcome.get("model_sha256") or "")
         self.trial_cpu_seconds += outcome["cpu_seconds"]
@@ -465,20 +466,22 @@ class StudyDriver:
 
 
 class DriverTimings:
-    """Where the driver's time goes, per kind of work (``bench.driver`` reads it): wall and
-    thread-CPU seconds of the sampler's ask (``ask``) and of the rest of its work on a trial
-    (``bookkeeping``); the scheduler's rung decisions are timed by the scheduler."""
+    """Where the driver's time goes, per kind of work, on ``clock`` (wall seconds by default;
+    ``bench.driver`` gives the CPU of its process and of the database): the sampler's ask
+    (``ask``) and the rest of its work on a trial (``bookkeeping``); an executor may add its
+    own (``simulation.SimulatedExecutor``: the scheduler's rung decisions, itself)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock
         self.seconds: dict[str, float] = {}
 
     @contextlib.contextmanager
     def measure(self, kind: str) -> Iterator[None]:
-        start = time.perf_counter()
+        start = self.clock()
         try:
             yield
         finally:
-            self.seconds[kind] = self.seconds.get(kind, 0.0) + time.perf_counter() - start
+            self.seconds[kind] = self.seconds.get(kind, 0.0) + self.clock() - start
 
 
 class StudySearcher(Searcher):
@@ -502,6 +505,16 @@ class StudySearcher(Searcher):
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "driver"} | {"driver": None}
+
+
+class Executor(Protocol):
+    """What runs a study's trials for its driver: Ray Tune (``runner.TuneExecutor``), or a
+    simulation on a virtual clock (``simulation.SimulatedExecutor``). Either asks
+    ``StudySearcher`` for each trial to start, passes rung reports to the early-stopping
+    ``scheduler`` and ``StudyCallback``, ends each trial through ``StudyCallback``, and stops
+    asking once ``RunStopper`` says so: the driver's code is the same whichever runs."""
+
+    def run(self, driver: StudyDriver, scheduler: TrialScheduler) -> None: ...
 
 
 class Proposer(Protocol):

@@ -31,6 +31,7 @@ from orchestrator.artifacts import (
     stored_digest,
 )
 from orchestrator.config import HF_ONLY, StudyConfig, setup_digest
+from orchestrator.driver_storage import DriverStorage
 from orchestrator.early_stopping import ParetoHalving, ParetoHalvingScheduler
 from orchestrator.errors import UserError
 from orchestrator.execution import (
@@ -386,15 +387,13 @@ def run_study(cfg: StudyConfig, opts: RunOptions) -> RunSummary:
         return _run_leased(cfg, opts, store, corpus, model_cfg, lease)
 
 
-def _run_leased(
-    cfg: StudyConfig,
-    opts: RunOptions,
-    store: StudyStore,
-    corpus: Corpus,
-    model_cfg: FamilyConfig,
-    lease: HeldLease,
-) -> RunSummary:
-    space = cfg.search.for_model(model_cfg.layer_heads)  # the start-up: one new head count per trial
+def open_driver(
+    cfg: StudyConfig, opts: RunOptions, store: StudyStore, lease: HeldLease, layer_heads: list[int]
+) -> StudyDriver:
+    """The study, opened or created with its sampler, orphans of a dead driver failed and asked
+    for again, and its driver: what ``launch-study run`` does before any trial, and what
+    ``bench.driver`` drives with a simulated executor."""
+    space = cfg.search.for_model(layer_heads)  # the start-up: one new head count per trial
     startup = startup_trials(cfg, opts.n_trials, space)
     seed = _search_seed(cfg, store, opts.study_name)
     sampler = make_sampler(cfg.study.sampler, seed=seed, startup=startup)
@@ -410,12 +409,14 @@ def _run_leased(
     study.set_user_attr("n_trials_target", opts.n_trials)
     study.set_user_attr("max_concurrent", opts.max_concurrent)
     study.set_user_attr("versions", package_versions())
-
+    # From here on the driver reads the study from memory and writes through (driver_storage.py)
+    kept = DriverStorage(store.storage, store.engine)
+    study = optuna.load_study(study_name=study.study_name, storage=kept, sampler=sampler)
     after_trial = AfterTrial(store, study)
     driver = StudyDriver(
         study,
         space,
-        trials=StudyTrials(store.storage, study.study_name, store.engine),
+        trials=StudyTrials(kept, study.study_name),
         n_trials=opts.n_trials,
         max_failed=cfg.study.max_failed_trials,
         models_dir=join(opts.artifacts, "trials", models_folder(study)),
@@ -430,6 +431,19 @@ def _run_leased(
         still_leased=lease.held,
         attach_model=lambda trial, model_dir, digest: _attach_model(trial, opts.artifacts, model_dir, digest),
     )
+    return driver
+
+
+def _run_leased(
+    cfg: StudyConfig,
+    opts: RunOptions,
+    store: StudyStore,
+    corpus: Corpus,
+    model_cfg: FamilyConfig,
+    lease: HeldLease,
+) -> RunSummary:
+    driver = open_driver(cfg, opts, store, lease, model_cfg.layer_heads)
+    study = driver.study
     dense = None
     if driver.n_finished < opts.n_trials:
         dense = study_dense_checkpoint(cfg, corpus, model_cfg, opts.artifacts, progress=PhaseProgress())
@@ -584,7 +598,7 @@ def rung_context(setup: str | None, rungs: tuple[float, ...], rung_tokens: int) 
     return "v2:" + hashlib.sha256(measured.encode()).hexdigest()[:16]
 
 
-def _scheduler(cfg: StudyConfig, study: optuna.Study, n_rungs: int, context: str):
+def make_scheduler(cfg: StudyConfig, study: optuna.Study, n_rungs: int, context: str):
     """Pareto-aware early stopping when the study asks for it (else Tune's FIFO, no stopping).
     A resumed study's pools start with the rung points of its finished trials measured under
     the same ``rung_context`` (none from before trials recorded one)."""
@@ -647,35 +661,49 @@ def dense_ref(opts: RunOptions, dense: DenseCheckpoint) -> ModelRef | None:
 def _search(
     cfg: StudyConfig, opts: RunOptions, driver: StudyDriver, setup: TrialSetup, dense: ModelRef | None
 ) -> None:
-    from ray import tune
+    """The study's trials on Ray Tune, each rung scored on the same windows of the text."""
+    rungs = tuple(cfg.early_stopping.rungs())
+    rung_tokens = rung_windows(evaluation_windows(setup), cfg.early_stopping.eval_tokens)[1].numel()
+    driver.rung_context = rung_context(driver.setup, rungs, rung_tokens)
+    scheduler = make_scheduler(cfg, driver.study, len(rungs), driver.rung_context)
+    TuneExecutor(cfg, opts, setup, dense).run(driver, scheduler)
 
-    with ray_session(opts, cfg.study.cpus_per_trial):
-        rungs = tuple(cfg.early_stopping.rungs())
-        trainable = tune.with_parameters(
-            train_on_worker,
-            setup=setup,
-            rungs=rungs,
-            rung_eval_tokens=cfg.early_stopping.eval_tokens,
-            dense=dense,
-        )
-        rung_tokens = rung_windows(evaluation_windows(setup), cfg.early_stopping.eval_tokens)[1].numel()
-        driver.rung_context = rung_context(driver.setup, rungs, rung_tokens)
-        tune_config = tune.TuneConfig(
-            search_alg=StudySearcher(driver),
-            scheduler=_scheduler(cfg, driver.study, len(rungs), driver.rung_context),
-            num_samples=-1,  # the searcher says when the study is done
-            max_concurrent_trials=opts.max_concurrent,
-            reuse_actors=True,
-        )
-        fit_on_tune(
-            cfg,
-            opts,
-            trainable,
-            tune_config,
-            name=opts.study_name,
-            callback=StudyCallback(driver),
-            driver=driver,
-        )
+
+class TuneExecutor:
+    """Runs a study's trials on Ray Tune (``execution.Executor``): ``train_on_worker`` on each
+    worker, the driver behind Tune's searcher and callback, the scheduler deciding at rungs."""
+
+    def __init__(self, cfg: StudyConfig, opts: RunOptions, setup: TrialSetup, dense: ModelRef | None) -> None:
+        self.cfg, self.opts, self.setup, self.dense = cfg, opts, setup, dense
+
+    def run(self, driver: StudyDriver, scheduler) -> None:
+        from ray import tune
+
+        cfg, opts = self.cfg, self.opts
+        with ray_session(opts, cfg.study.cpus_per_trial):
+            trainable = tune.with_parameters(
+                train_on_worker,
+                setup=self.setup,
+                rungs=tuple(cfg.early_stopping.rungs()),
+                rung_eval_tokens=cfg.early_stopping.eval_tokens,
+                dense=self.dense,
+            )
+            tune_config = tune.TuneConfig(
+                search_alg=StudySearcher(driver),
+                scheduler=scheduler,
+                num_samples=-1,  # the searcher says when the study is done
+                max_concurrent_trials=opts.max_concurrent,
+                reuse_actors=True,
+            )
+            fit_on_tune(
+                cfg,
+                opts,
+                trainable,
+                tune_config,
+                name=opts.study_name,
+                callback=StudyCallback(driver),
+                driver=driver,
+            )
 
 
 def fit_on_tune(

@@ -20,7 +20,7 @@ from orchestrator.early_stopping import (
     nondominated_ranks,
     pareto_order,
 )
-from orchestrator.runner import _scheduler, rung_context
+from orchestrator.runner import make_scheduler, rung_context
 
 
 def curve(final: float, start: float, fraction: float) -> float:
@@ -224,7 +224,7 @@ def test_resumed_scheduler_starts_with_the_finished_trials_points(tmp_path):
     add(optuna.trial.TrialState.PRUNED, {"curve": [[0, 11, 2.0]], "n_params": 150, "rung_context": "other"})
     add(optuna.trial.TrialState.COMPLETE, {"curve": [[0, 11, 2.5]], "n_params": 160}, [3.0, 160])  # older
     add(optuna.trial.TrialState.PRUNED, {"curve": [[0, 11, math.nan]], "n_params": 170, **same})  # diverged
-    scheduler = _scheduler(cfg, study, n_rungs=2, context="this run's")
+    scheduler = make_scheduler(cfg, study, n_rungs=2, context="this run's")
     assert scheduler.halving.pools == [{1: (6.0, 200.0), 2: (7.0, 300.0)}, {1: (5.0, 200.0)}]
 
 
@@ -390,4 +390,6 @@ def test_early_stopping_margin_is_read_from_the_study_file(tmp_path):
         encoding="utf-8",
     )
     cfg = load_study_config(study_file)
-    assert _scheduler(cfg, optuna.create_study(directions=["minimize"] * 2), 2, 512).halving.margin == 0.02
+    assert (
+        make_scheduler(cfg, optuna.create_study(directions=["minimize"] * 2), 2, 512).halving.margin == 0.02
+    )

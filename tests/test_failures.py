@@ -8,6 +8,7 @@ from helpers import SMOKE
 
 import orchestrator.execution as execution
 from orchestrator.config import load_study_config
+from orchestrator.driver_storage import DriverStorage
 from orchestrator.execution import ERROR_KEY, StudyDriver, train_on_worker
 from orchestrator.report import format_status, study_status
 from orchestrator.storage import open_store
@@ -61,11 +62,12 @@ def test_an_exception_from_tune_itself_is_tunes(monkeypatch):
 def test_the_driver_records_the_cause_and_status_shows_it(tmp_path):
     cfg = load_study_config(SMOKE)
     store = open_store(f"sqlite:///{tmp_path}/f.db")
-    study = optuna.create_study(study_name="f", storage=store.storage, directions=["minimize", "minimize"])
+    storage = DriverStorage(store.storage, store.engine)
+    study = optuna.create_study(study_name="f", storage=storage, directions=["minimize", "minimize"])
     driver = StudyDriver(
         study,
         cfg.search,
-        trials=StudyTrials(store.storage, "f", store.engine),
+        trials=StudyTrials(storage, "f"),
         n_trials=3,
         max_failed=5,
         models_dir=tmp_path,

@@ -1,0 +1,312 @@
+"""Does the driver keep up with a large study? The real driver on a simulated cluster.
+
+    python -m bench.driver            # PostgreSQL to 10,000 trials, SQLite beside it to 1,000
+    python -m bench.driver --quick    # a few hundred trials on SQLite (what the tests run)
+
+256 trials in flight on ``simulation.SimulatedExecutor``: no training and no Ray, the real
+driver, study, sampler (TPE, the default study's), early stopping, warm starts, frontier table
+and lease, on a real database. Trials are drawn from measured ones (``MeasuredTrials``). At
+100, 1,000 and 10,000 finished trials it reports, over the window of trials that finished just
+before: finished trials per second of wall time; CPU milliseconds per finished trial of the
+driver's process (all threads) plus the database server's, split into the sampler's ask, rung
+decisions and bookkeeping (``driver_ms_per_trial`` is the last two); database statements per
+trial; how many trials started the same (method, size) as one already running (with 256 in
+flight, is TPE's ``constant_liar`` needed?). At the end the frontier table must equal the
+front recomputed from every trial (``front_ok``).
+
+Targets (issue 45): at 10,000 trials on PostgreSQL, >= 10 finished trials per second with the
+ask included; driver ms per trial (ask excluded) <= 20 and <= 1.5x its value at 100.
+The last line is one JSON object (``bench.common.print_json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import glob
+import json
+import os
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from bench.common import print_json, print_table
+from orchestrator.config import load_study_config
+from orchestrator.execution import RESULT_KEY, DriverTimings
+from orchestrator.runner import RunOptions, make_scheduler, open_driver, rung_context
+from orchestrator.simulation import SimulatedExecutor, SimulatedTrial
+from orchestrator.storage import front_rows, hold_lease, open_store, read_frontier
+from trainers.gates import heads_to_keep
+from trainers.trial import TrialResult
+
+REPO = Path(__file__).resolve().parents[1]
+STUDY = REPO / "studies" / "tinyshakespeare.toml"
+MEASURED = "bench/results/frontier_full400*_seed*.json"  # the 3-seed comparisons' trials
+POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/"
+LAYER_HEADS = [8, 8, 8, 8]
+
+
+class MeasuredTrials:
+    """Trials as the default study's ran them (``bench.frontier``'s 3-seed runs): a simulated
+    trial takes the duration of a measured one drawn at random, and the perplexity of a measured
+    trial near its sparsity (within 0.07) times 1% noise (the spread between seeds); its size
+    is the measured sizes' linear fit in sparsity. A warm start (``parent_dir``) is 0.5% better,
+    about the measured gain. Its rung perplexities are the final one x (1 + 0.6 (1 - f)^2) with
+    3% noise: a rung is part-way through fine-tuning, above the end, and noisier."""
+
+    def __init__(self, pattern: str = MEASURED) -> None:
+        self.points: list[tuple[float, float, float]] = []  # (sparsity, perplexity, params)
+        self.seconds: list[float] = []
+        for path in sorted(glob.glob(str(REPO / pattern))):
+            for seed in json.loads(Path(path).read_text())["seeds"]:
+                for trials in seed["arms"].values():
+                    for t in trials:
+                        if t.get("ppl") and t.get("seconds") and t.get("sparsity") is not None:
+                            self.points.append((t["sparsity"], t["ppl"], t["params"]))
+                            self.seconds.append(t["seconds"])
+        if not self.points:
+            raise SystemExit(f"no measured trials under {pattern}")
+        self.points.sort()
+        sparsities = [p[0] for p in self.points]
+        slope, intercept = statistics.linear_regression(sparsities, [p[2] for p in self.points])
+        self.params_at = lambda s: int(intercept + slope * s)
+
+    def __call__(self, config: dict, rng: random.Random) -> SimulatedTrial:
+        hparams = config["hparams"]
+        sparsity = hparams.get("sparsity", 0.0 if hparams["method"] == "dense" else rng.uniform(0.05, 0.875))
+        total = sum(LAYER_HEADS)
+        kept = heads_to_keep(total, sparsity) if sparsity else total
+        near = [p for p in self.points if abs(p[0] - sparsity) <= 0.07] or self.points
+        ppl = rng.choice(near)[1] * rng.lognormvariate(0, 0.01) * (0.995 if config.get("parent_dir") else 1.0)
+        n_params = self.params_at(1 - kept / total)
+        per_layer = [
+            kept // len(LAYER_HEADS) + (i < kept % len(LAYER_HEADS)) for i in range(len(LAYER_HEADS))
+        ]
+        result = TrialResult(
+            val_perplexity=ppl,
+            n_params=n_params,
+            n_params_nonembed=n_params - 8_448,
+            sparsity=1 - kept / total,
+            heads_per_layer=per_layer,
+            kept_heads=[list(range(k)) for k in per_layer],
+            method=hparams["method"],
+            tokens_per_s=0.0,
+            cpu_seconds=0.0,
+            bits_per_byte=0.0,
+        ).to_dict()
+        seconds = rng.choice(self.seconds)
+        result["cpu_seconds"] = seconds
+        final = {
+            "val_perplexity": ppl,
+            "n_params": n_params,
+            RESULT_KEY: json.dumps(result | {"model_sha256": f"{rng.getrandbits(128):032x}"}),
+            "node_id": "simulated",
+        }
+        rungs = [ppl * (1 + 0.6 * (1 - f) ** 2) * rng.lognormvariate(0, 0.03) for f in (1 / 9, 1 / 3)]
+        return SimulatedTrial(seconds=seconds, rung_perplexities=rungs, final=final, n_params=n_params)
+
+
+def _server_cpu_seconds() -> float:
+    """CPU seconds of every PostgreSQL server process on this machine (from /proc): the
+    database's share of the driver's cost (the machine runs nothing else against it)."""
+    total, tick = 0, os.sysconf("SC_CLK_TCK")
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            text = Path(stat).read_text()
+            name = text[text.index("(") + 1 : text.rindex(")")]
+            if name.startswith("postgres"):
+                fields = text[text.rindex(")") + 2 :].split()
+                total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
+@dataclass
+class Window:
+    """The trials that finished between two study sizes, and what they cost."""
+
+    size: int
+    trials: int = 0
+    wall: float = 0.0
+    cost: dict[str, float] = field(default_factory=dict)
+    statements: int = 0
+
+
+class Probe:
+    """What the driver spends, read at each study size: CPU of this process plus the database
+    server's (``cpu``, the clock ``DriverTimings`` measures sections with), wall time, and the
+    statements sent on the database's engines."""
+
+    def __init__(self, engines: list[sa.Engine], server: bool) -> None:
+        self.server = server
+        self.statements = 0
+        for engine in engines:
+            sa.event.listen(engine, "before_cursor_execute", self._count)
+
+    def _count(self, *args) -> None:
+        self.statements += 1
+
+    def cpu(self) -> float:
+        return time.process_time() + (_server_cpu_seconds() if self.server else 0.0)
+
+
+def _run(url: str, sizes: list[int], in_flight: int, seed: int) -> dict:
+    """One simulated study to ``sizes[-1]`` finished trials on ``url``; a window per size."""
+    cfg = load_study_config(STUDY)
+    with tempfile.TemporaryDirectory() as scratch:
+        opts = RunOptions.for_study(
+            cfg,
+            storage=url,
+            study_name="driver-bench",
+            n_trials=sizes[-1] + 2 * in_flight,  # still asking when the last window closes
+            max_concurrent=in_flight,
+            artifacts="s3://simulated/bench",  # nothing is stored: warm starts choose from the database
+            output=Path(scratch) / "front.csv",
+        )
+        store = open_store(url)
+        probe = Probe([store.engine, store.storage.engine], server=url.startswith("postgresql"))
+        with hold_lease(store, opts.study_name, cfg.study.lease_seconds) as lease:
+            driver = open_driver(cfg, opts, store, lease, LAYER_HEADS)
+            driver.timings = DriverTimings(clock=probe.cpu)
+            driver.attach_model = None  # the dashboard's copy of a model: there is no model
+            rungs = tuple(cfg.early_stopping.rungs())
+            driver.rung_context = rung_context(None, rungs, 0)
+            scheduler = make_scheduler(cfg, driver.study, len(rungs), driver.rung_context)
+            executor = SimulatedExecutor(MeasuredTrials(), in_flight=in_flight, rungs=rungs, seed=seed)
+            windows = _measure(driver, scheduler, executor, probe, sizes)
+            table = sorted(_key(r) for r in read_frontier(store, opts.study_name))
+            brute_force = sorted(_key(r) for r in front_rows(driver.study))  # from every COMPLETE trial
+            trials = driver.study.get_trials(deepcopy=False)
+        store.engine.dispose()
+        store.storage.engine.dispose()
+    finished = [t for t in trials if t.state.is_finished() and t.state.name != "FAIL"]
+    return {
+        "windows": windows,
+        "front_ok": bool(table) and table == brute_force,
+        "finished": len(finished),
+        "numbers_unique": len({t.number for t in trials}) == len(trials),
+        "stopped_at_rung": executor.stats.stopped_at_rung,
+        "warm_started": sum("warm_start_from" in t.user_attrs for t in trials),
+        "same_as_running": executor.stats.same_as_running,
+        "started": executor.stats.started,
+        "most_in_flight": executor.stats.most_in_flight,
+    }
+
+
+def _key(row: dict) -> tuple:
+    return (row["trial_number"], row["val_perplexity"], row["n_params"])
+
+
+def _measure(driver, scheduler, executor, probe: Probe, sizes: list[int]) -> list[Window]:
+    """Runs the simulation, reading the probe as the study passes each size: the window of a
+    size is the trials from 90% of it to it (the first: from 50%)."""
+    marks = sorted({int(s * (0.5 if i == 0 else 0.9)) for i, s in enumerate(sizes)} | set(sizes))
+    readings: dict[int, tuple[float, float, dict[str, float], int]] = {}
+    finished = driver.on_finished
+
+    def on_finished(trial, pushed_off) -> None:
+        finished(trial, pushed_off)
+        if driver.n_finished in marks and driver.n_finished not in readings:
+            seconds = dict(driver.timings.seconds)
+            readings[driver.n_finished] = (time.perf_counter(), probe.cpu(), seconds, probe.statements)
+
+    driver.on_finished = on_finished
+    executor.timings = driver.timings
+    executor.run(driver, scheduler)
+    windows = []
+    for i, size in enumerate(sizes):
+        start = int(size * (0.5 if i == 0 else 0.9))
+        if size not in readings or start not in readings:
+            continue
+        (w0, c0, s0, n0), (w1, c1, s1, n1) = readings[start], readings[size]
+        cost = {k: s1.get(k, 0.0) - s0.get(k, 0.0) for k in s1}
+        cost["total"] = c1 - c0
+        windows.append(Window(size, size - start, w1 - w0, cost, n1 - n0))
+    return windows
+
+
+def summary(windows: list[Window]) -> dict[str, dict]:
+    """Per study size: the figures the JSON line and the table show."""
+    out = {}
+    for w in windows:
+        ask, rung, simulator = (w.cost.get(k, 0.0) for k in ("ask", "rung decisions", "simulator"))
+        driver = w.cost["total"] - ask - simulator
+        out[str(w.size)] = {
+            "trials_per_s": round(w.trials / w.wall, 2),
+            "driver_ms_per_trial": round(1000 * driver / w.trials, 2),
+            "ask_ms": round(1000 * ask / w.trials, 2),
+            "rung_ms": round(1000 * rung / w.trials, 2),
+            "bookkeeping_ms": round(1000 * (driver - rung) / w.trials, 2),
+            "statements_per_trial": round(w.statements / w.trials, 1),
+        }
+    return out
+
+
+@contextlib.contextmanager
+def postgres_database() -> Iterator[str]:
+    """A database of its own on the PostgreSQL server, dropped after."""
+    name = f"headprune_driver_bench_{os.getpid()}"
+    admin = sa.create_engine(POSTGRES + "postgres", isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}")
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    try:
+        yield POSTGRES + name
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        admin.dispose()
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m bench.driver", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few hundred trials on SQLite (the tests)")
+    parser.add_argument("--in-flight", type=int, default=256)
+    parser.add_argument("--sizes", type=int, nargs="+", help="study sizes (default 100 1000 10000)")
+    parser.add_argument("--sqlite-sizes", type=int, nargs="*", help="SQLite's (default 100 1000)")
+    args = parser.parse_args(argv)
+    sizes = args.sizes or ([50, 200] if args.quick else [100, 1000, 10_000])
+    sqlite_sizes = args.sqlite_sizes if args.sqlite_sizes is not None else ([] if args.quick else [100, 1000])
+    in_flight = 32 if args.quick and args.in_flight == 256 else args.in_flight
+    runs: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        if not args.quick:
+            with postgres_database() as url:
+                runs["postgresql"] = _run(url, sizes, in_flight, seed=0)
+        for_sqlite = sizes if args.quick else sqlite_sizes
+        if for_sqlite:
+            runs["sqlite"] = _run(f"sqlite:///{scratch}/bench.db", for_sqlite, in_flight, seed=0)
+    payload: dict = {"in_flight": in_flight}
+    for backend, run in runs.items():
+        figures = summary(run.pop("windows"))
+        rows = [[backend, size, *map(str, f.values())] for size, f in figures.items()]
+        print_table(
+            f"driver on {backend}, {in_flight} in flight",
+            [
+                "database",
+                "trials",
+                "trials/s",
+                "driver ms",
+                "ask ms",
+                "rung ms",
+                "bookkeeping ms",
+                "statements",
+            ],
+            rows,
+        )
+        print(f"{backend}: " + ", ".join(f"{k} {v}" for k, v in run.items()))
+        payload[backend] = {"sizes": figures, **run}
+    main_backend = "postgresql" if "postgresql" in payload else "sqlite"
+    payload["front_ok"] = all(payload[b]["front_ok"] for b in runs)
+    payload |= payload[main_backend]["sizes"].get(str(sizes[-1]), {})
+    print_json("driver", payload)
+    return payload
+
+
+if __name__ == "__main__":
+    main()
