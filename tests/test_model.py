@@ -84,3 +84,32 @@ def test_config_rejects_heads_not_dividing_width():
 def test_config_round_trips_through_a_dict():
     cfg = ModelConfig(vocab_size=10, heads_per_layer=(1, 2, 3, 4))
     assert ModelConfig.from_dict(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_inference_path_gives_the_modules_logits(family):
+    """Without gradients the model skips its modules' calls (LanguageModel._infer): the same
+    numbers, dense, pruned unevenly and with a layer of no heads, any batch and length."""
+    model = tiny(family)
+    for m in (model, model.prune_heads([[0, 2], [], [1, 2, 3]])):
+        for shape in ((3, 16), (1, 7)):
+            x = torch.randint(0, 20, shape)
+            expected, _ = m(x)  # gradients on: the modules' path
+            assert expected.requires_grad
+            with torch.no_grad():
+                fast, _ = m(x)
+            with torch.inference_mode():
+                fastest, _ = m(x)
+            assert torch.equal(fast, expected.detach()) and torch.equal(fastest, fast)
+
+
+def test_inference_path_follows_weights_changed_in_place():
+    """The fast path reads the weights at each call: nothing of them is cached."""
+    model = tiny("all_attention")
+    x = torch.randint(0, 20, (2, 16))
+    with torch.no_grad():
+        before, _ = model(x)
+        model.blocks[0].attn.persistent_v.mul_(3.0)
+        after, _ = model(x)
+    assert not torch.equal(before, after)
+    assert torch.equal(after, model(x)[0].detach())

@@ -76,6 +76,10 @@ class Attention(nn.Module):
             self.n_persistent = n
             self.persistent_k = nn.Parameter(torch.randn(n_head, n, self.d_head) / math.sqrt(self.d_head))
             self.persistent_v = nn.Parameter(torch.randn(n_head, n, self.d_head) / math.sqrt(n))
+            # Shim et al.'s scales of the persistent keys and values, one multiply for both: a
+            # buffer (it follows the model's device and dtype), not saved (it is not a weight).
+            scales = torch.tensor([math.sqrt(self.d_head), math.sqrt(n)]).view(2, 1, 1, 1)
+            self.register_buffer("persistent_scale", scales, persistent=False)
         self.dropout = cfg.dropout
         self._masks: dict[tuple, torch.Tensor] = {}
 
@@ -94,16 +98,19 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         if self.n_head == 0:  # every head removed: only the projection's bias is left
             return self.proj.bias.expand(B, T, -1)
-        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, self.d_head).permute(2, 0, 3, 1, 4)
+        # (3, B, H, T, d): views of the one projection's output, no copy.
+        qkv = self.qkv(x).view(B, T, 3, self.n_head, self.d_head).permute(2, 0, 3, 1, 4)
         p = self.dropout if self.training else 0.0
         if self.persistent:
             # Shim et al.'s code scales persistent keys by sqrt(d_h) and values by sqrt(N); the
             # softmax runs over [context ; persistent], only the context part causally masked.
-            pk = (self.persistent_k * math.sqrt(self.d_head)).unsqueeze(0).expand(B, -1, -1, -1)
-            pv = (self.persistent_v * math.sqrt(self.n_persistent)).unsqueeze(0).expand(B, -1, -1, -1)
-            k, v = torch.cat([k, pk], dim=2), torch.cat([v, pv], dim=2)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=self._mask(T, q), dropout_p=p)
+            # Keys and values are joined to their persistent vectors in one copy: at batch 1 the
+            # number of operations, not their size, sets the time.
+            persistent = torch.stack([self.persistent_k, self.persistent_v]) * self.persistent_scale
+            k, v = torch.cat([qkv[1:], persistent.unsqueeze(1).expand(-1, B, -1, -1, -1)], dim=3)
+            y = F.scaled_dot_product_attention(qkv[0], k, v, attn_mask=self._mask(T, x), dropout_p=p)
         else:
+            q, k, v = qkv
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)
         y = y.transpose(1, 2).reshape(B, T, self.n_head * self.d_head)
         if gate is None:
@@ -112,6 +119,26 @@ class Attention(nn.Module):
         # activations is the same product and touches d_model x inner numbers, not B x T x inner.
         weight = self.proj.weight * gate.repeat_interleave(self.d_head).to(self.proj.weight.dtype)
         return F.linear(y, weight, self.proj.bias)
+
+    def infer(self, x: torch.Tensor, B: int, T: int) -> torch.Tensor:
+        """``forward`` without gates or dropout on a (B*T, d_model) input, for
+        ``LanguageModel._infer``: the attention output as (B*T, d_model)."""
+        if self.n_head == 0:
+            return self.proj.bias
+        H, d = self.n_head, self.d_head
+        qkv = F.linear(x, self.qkv.weight, self.qkv.bias).view(B, T, 3, H, d).permute(2, 0, 3, 1, 4)
+        if self.persistent:
+            persistent = torch.stack([self.persistent_k, self.persistent_v]) * self.persistent_scale
+            k, v = torch.cat([qkv[1:], persistent.unsqueeze(1).expand(-1, B, -1, -1, -1)], dim=3)
+            y = F.scaled_dot_product_attention(qkv[0], k, v, attn_mask=self._mask(T, x))
+        else:
+            q, k, v = qkv
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.linear(y.transpose(1, 2).reshape(B * T, H * d), self.proj.weight, self.proj.bias)
+
+
+def _layer_norm(ln: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
+    return F.layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps)
 
 
 class MLP(nn.Module):
@@ -174,13 +201,36 @@ class LanguageModel(nn.Module):
         T = idx.shape[1]
         if self.cfg.block_size < T:
             raise ValueError(f"sequence of {T} tokens is longer than block_size {self.cfg.block_size}")
-        x = self.tok_emb(idx) + self.pos_emb(torch.arange(T, device=idx.device))
+        if head_gates is None and not return_attn and not self.training and not torch.is_grad_enabled():
+            return self._infer(idx), []
+        x = self.tok_emb(idx) + self.pos_emb.weight[:T]  # positions 0..T-1: a view, no lookup
         attn_outputs = []
         for i, block in enumerate(self.blocks):
             x, attn_out = block(x, None if head_gates is None else head_gates[i])
             if return_attn:
                 attn_outputs.append(attn_out)
         return self.head(self.ln_f(x)), attn_outputs
+
+    def _infer(self, idx: torch.Tensor) -> torch.Tensor:
+        """The logits of ``forward`` when nothing needs gradients, gates or the attention outputs
+        (evaluation, generation, a pruned model in use), bit for bit the same numbers.
+
+        At batch 1 the matrices are small and the time goes to the number of operations and the
+        Python around them, the same for every head count: this fixed cost is what kept a pruned
+        model's speed-up below its FLOPs ratio. So the same kernels run without the modules'
+        calls, on a (B*T, d_model) residual stream updated in place (no autograd to keep the old
+        values for), the MLP and the projections added into it as they come."""
+        B, T = idx.shape
+        x = F.embedding(idx, self.tok_emb.weight)
+        x += self.pos_emb.weight[:T]
+        x = x.view(B * T, -1)
+        for block in self.blocks:
+            x += block.attn.infer(_layer_norm(block.ln_attn, x), B, T)
+            if block.has_mlp:
+                mlp = block.mlp
+                h = F.gelu(F.linear(_layer_norm(block.ln_mlp, x), mlp.fc.weight, mlp.fc.bias))
+                x += F.linear(h, mlp.proj.weight, mlp.proj.bias)
+        return F.linear(_layer_norm(self.ln_f, x), self.head.weight).view(B, T, -1)
 
     def loss(
         self, idx: torch.Tensor, targets: torch.Tensor, head_gates: list[torch.Tensor] | None = None
