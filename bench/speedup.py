@@ -1,6 +1,6 @@
 """Inference speed of the physically pruned model against the dense one, next to the FLOPs ratio.
 
-    python -m bench.speedup [--quick]
+    python -m bench.speedup [--quick] [--family NAME ...] [--threads N]
 
 For each family and 25/50/75% of heads removed (the same count in every layer), the median
 forward time at batch 1 and batch 32 (block 128), the speed-up (dense time / pruned time) and the
@@ -100,12 +100,23 @@ def paired_times(
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few pairs each (a smoke test)")
+    parser.add_argument(
+        "--family", action="append", help="only this family (repeatable): gpt, all_attention, 'hf gpt2', ..."
+    )
+    parser.add_argument(
+        "--threads", type=int, help="torch threads (default torch's): 1 where other work holds a core, "
+        "which otherwise stalls every multi-threaded kernel"
+    )
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     transformers_logging.disable_progress_bar()  # save_pretrained's bar, once per model written
     torch.manual_seed(0)
     rows, results = [], []
     with tempfile.TemporaryDirectory() as tmp, torch.inference_mode():
         for family, dense in dense_models():
+            if args.family and family not in args.family:
+                continue
             dense.eval()
             folder = Path(tmp) / family.replace(" ", "_")
             run_dense = exported(dense, folder / "dense")

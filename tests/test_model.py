@@ -113,3 +113,36 @@ def test_inference_path_follows_weights_changed_in_place():
         after, _ = model(x)
     assert not torch.equal(before, after)
     assert torch.equal(after, model(x)[0].detach())
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_an_exported_pruned_model_loads_and_gives_the_same_logits(family, tmp_path):
+    """What bench.speedup times: a pruned model written as a trial writes it (the folder
+    export-model copies) and read back with load_model, run on the inference path."""
+    from trainers.export import load_model, save_model
+    from trainers.tokenizers import CharTokenizer
+
+    pruned = tiny(family).prune_heads([[1, 3], [0], [0, 1, 2]])
+    save_model(pruned, CharTokenizer([chr(97 + i) for i in range(20)]), tmp_path / "m")
+    loaded, _ = load_model(tmp_path / "m")
+    assert loaded.cfg.heads_per_layer == (2, 1, 3)
+    x = torch.randint(0, 20, (2, 16))
+    with torch.inference_mode():
+        assert torch.equal(loaded(x)[0], pruned(x)[0])
+
+
+def test_the_shipped_checkpoint_runs_the_inference_path_as_before():
+    """The dense checkpoint shipped under studies/checkpoints (saved before the inference path
+    existed) loads, and both paths give it the same logits."""
+    from pathlib import Path
+
+    from trainers.export import load_model
+
+    shipped = sorted(Path(__file__).parent.parent.glob("studies/checkpoints/*/model.safetensors"))
+    if not shipped:
+        pytest.skip("no shipped checkpoint")
+    model, _ = load_model(shipped[0].parent)
+    x = torch.randint(0, model.cfg.vocab_size, (1, 64))
+    expected, _ = model(x)
+    with torch.inference_mode():
+        assert torch.equal(model(x)[0], expected.detach())
