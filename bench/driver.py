@@ -112,18 +112,46 @@ class MeasuredTrials:
         return SimulatedTrial(seconds=seconds, rung_perplexities=rungs, final=final, n_params=n_params)
 
 
-def _server_cpu_seconds() -> float:
-    """CPU seconds of every PostgreSQL server process on this machine (from /proc): the
-    database's share of the driver's cost (the machine runs nothing else against it)."""
-    total, tick = 0, os.sysconf("SC_CLK_TCK")
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        with contextlib.suppress(OSError):
-            text = Path(stat).read_text()
-            name = text[text.index("(") + 1 : text.rindex(")")]
-            if name.startswith("postgres"):
-                fields = text[text.rindex(")") + 2 :].split()
-                total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / tick
+class ServerCPU:
+    """CPU seconds of the PostgreSQL server's processes (from /proc): the database's share of
+    the driver's cost (nothing else on this machine uses the server meanwhile). The processes
+    are found again at most every ``rescan_seconds`` (a connection the pool opens is a new one):
+    reading them at each of the driver's sections must cost little beside what it measures."""
+
+    def __init__(self, rescan_seconds: float = 2.0) -> None:
+        self.rescan_seconds, self.scanned_at, self.pids = rescan_seconds, -float("inf"), []
+        self.gone = 0.0  # CPU of processes seen once and gone since: kept in the total
+        self.last: dict[str, float] = {}
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def _read(self, pid: str) -> float | None:
+        try:
+            text = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return None
+        fields = text[text.rindex(")") + 2 :].split()
+        return (int(fields[11]) + int(fields[12])) / self.tick  # utime, stime
+
+    def __call__(self) -> float:
+        now = time.monotonic()
+        if now - self.scanned_at > self.rescan_seconds:
+            self.scanned_at = now
+            self.pids = []
+            for stat in glob.glob("/proc/[0-9]*/comm"):
+                with contextlib.suppress(OSError):
+                    if Path(stat).read_text().startswith("postgres"):
+                        self.pids.append(stat.split("/")[2])
+            for pid in set(self.last) - set(self.pids):  # ended between two scans
+                self.gone += self.last.pop(pid)
+        total = 0.0
+        for pid in self.pids:
+            seconds = self._read(pid)
+            if seconds is None:
+                self.gone += self.last.pop(pid, 0.0)
+            else:
+                self.last[pid] = seconds
+                total += seconds
+        return total + self.gone
 
 
 @dataclass
@@ -143,7 +171,7 @@ class Probe:
     statements sent on the database's engines."""
 
     def __init__(self, engines: list[sa.Engine], server: bool) -> None:
-        self.server = server
+        self.server = ServerCPU() if server else None
         self.statements = 0
         for engine in engines:
             sa.event.listen(engine, "before_cursor_execute", self._count)
@@ -152,7 +180,7 @@ class Probe:
         self.statements += 1
 
     def cpu(self) -> float:
-        return time.process_time() + (_server_cpu_seconds() if self.server else 0.0)
+        return time.process_time() + (self.server() if self.server else 0.0)
 
 
 def _run(url: str, sizes: list[int], in_flight: int, seed: int) -> dict:

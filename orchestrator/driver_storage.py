@@ -6,13 +6,15 @@ per parameter it suggests. With 256 trials in flight an ask read 256 trials six 
 cost more than everything else the driver does. This storage reads the study once and then
 never again: every write to a trial goes through it (the driver is the study's only writer
 while it holds the lease, ``storage.HeldLease``), so it applies each write to its copy as it
-passes it to the database. A change of state (asked, told) is read back once, for the times
-the database sets.
+passes it to the database. A change of state (asked, told) reads back one row, for the times
+the storage set. On a database, a trial's parameters wait in memory for its next write, and
+go in that write's transaction (``storage.write_trial_rows``): an ask writes its trial's
+parameters and attributes at once, where Optuna commits each on its own.
 
 It is an ``optuna.storages.BaseStorage`` (Optuna's public storage interface): the study, its
 sampler, ``optuna.artifacts`` and optuna-dashboard's note go through it unchanged. It adds
 ``set_trial_user_attrs``, several attributes of a running trial in one transaction
-(``storage.write_trial_user_attrs``).
+(``storage.write_trial_rows``).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from optuna.storages import BaseStorage
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from orchestrator.storage import trial_ids, write_trial_user_attrs
+from orchestrator.storage import trial_ids, trial_times, write_trial_rows
 
 
 class DriverStorage(BaseStorage):
@@ -43,6 +45,8 @@ class DriverStorage(BaseStorage):
         self._trial: dict[int, FrozenTrial] = {}  # trial id -> trial
         self._ids: dict[int, tuple[int, int]] = {}  # trial id -> (study id, number)
         self._number_ids: dict[tuple[int, int], int] = {}
+        self._unwritten: dict[int, list[tuple[str, float, BaseDistribution]]] = {}  # trial id -> params
+        self._distributions: dict[tuple[int, str], BaseDistribution] = {}  # (study id, name) -> first seen
 
     # The study: what Optuna's storage holds, read and written there.
 
@@ -104,24 +108,70 @@ class DriverStorage(BaseStorage):
         self._trial[trial_id] = trial
         self._ids[trial_id] = (study_id, trial.number)
         self._number_ids[(study_id, trial.number)] = trial_id
+        for name, distribution in trial.distributions.items():
+            self._distributions.setdefault((study_id, name), distribution)
 
-    def _reread(self, trial_id: int) -> None:
-        study_id = self._ids[trial_id][0]
-        self._keep(study_id, trial_id, self.backend.get_trial(trial_id))
+    def _reread(self, trial_id: int, state: TrialState, values: Sequence[float] | None) -> None:
+        """After a change of state: on a database one row, for the times it set (the rest is
+        what was written); else the whole trial."""
+        trial = self._trial[trial_id]
+        if self.engine is None:
+            trial = self.backend.get_trial(trial_id)
+        else:
+            _, trial.datetime_start, trial.datetime_complete = trial_times(self.engine, trial_id)
+            trial.state = state
+            if values is not None:
+                trial.values = list(values)
+        self._keep(self._ids[trial_id][0], trial_id, trial)
 
     def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
         with self._lock:
             self._load(study_id)
             trial_id = self.backend.create_new_trial(study_id, template_trial)
-            self._keep(study_id, trial_id, self.backend.get_trial(trial_id))
+            if self.engine is None:
+                self._keep(study_id, trial_id, self.backend.get_trial(trial_id))
+                return trial_id
+            number, start, complete = trial_times(self.engine, trial_id)
+            template = template_trial or optuna.trial.create_trial(state=TrialState.RUNNING)
+            # What the storage copied from the template (as Optuna's own storage builds it)
+            trial = optuna.trial.FrozenTrial(
+                number,
+                template.state,
+                None,
+                start,
+                complete,
+                copy.deepcopy(template.params),
+                copy.deepcopy(template.distributions),
+                copy.deepcopy(template.user_attrs),
+                copy.deepcopy(template.system_attrs),
+                copy.deepcopy(template.intermediate_values),
+                trial_id,
+                values=template.values,
+            )
+            self._keep(study_id, trial_id, trial)
             return trial_id
+
+    def _flush(self, trial_id: int, attrs: dict[str, Any] | None = None) -> None:
+        """Write a trial's parameters waiting in memory, with ``attrs``, in one transaction."""
+        params = self._unwritten.pop(trial_id, [])
+        if params or attrs:
+            write_trial_rows(self.engine, trial_id, attrs or {}, params)
 
     def set_trial_param(
         self, trial_id: int, param_name: str, param_value_internal: float, distribution: BaseDistribution
     ) -> None:
         with self._lock:
-            self.backend.set_trial_param(trial_id, param_name, param_value_internal, distribution)
             trial = self._trial[trial_id]
+            study_id = self._ids[trial_id][0]
+            self.check_trial_is_updatable(trial_id, trial.state)
+            known = self._distributions.setdefault((study_id, param_name), distribution)
+            optuna.distributions.check_distribution_compatibility(known, distribution)
+            if self.engine is None:
+                self.backend.set_trial_param(trial_id, param_name, param_value_internal, distribution)
+            else:
+                self._unwritten.setdefault(trial_id, []).append(
+                    (param_name, param_value_internal, distribution)
+                )
             trial.params = {**trial.params, param_name: distribution.to_external_repr(param_value_internal)}
             trial.distributions = {**trial.distributions, param_name: distribution}
 
@@ -137,12 +187,19 @@ class DriverStorage(BaseStorage):
         self, trial_id: int, state: TrialState, values: Sequence[float] | None = None
     ) -> bool:
         with self._lock:
+            if self.engine is not None:
+                self._flush(trial_id)
             changed = self.backend.set_trial_state_values(trial_id, state, values)
-            self._reread(trial_id)  # the times the backend set, or another process's change
+            if changed:
+                self._reread(trial_id, state, values)
+            else:  # another process changed it (a WAITING trial taken): as the database has it
+                self._keep(self._ids[trial_id][0], trial_id, self.backend.get_trial(trial_id))
             return changed
 
     def set_trial_intermediate_value(self, trial_id: int, step: int, intermediate_value: float) -> None:
         with self._lock:
+            if self.engine is not None:
+                self._flush(trial_id)
             self.backend.set_trial_intermediate_value(trial_id, step, intermediate_value)
             trial = self._trial[trial_id]
             trial.intermediate_values = {**trial.intermediate_values, step: intermediate_value}
@@ -153,9 +210,9 @@ class DriverStorage(BaseStorage):
     def set_trial_user_attrs(self, trial_id: int, attrs: dict[str, Any]) -> None:
         """Several user attributes of a running trial: one transaction on a database."""
         with self._lock:
+            self.check_trial_is_updatable(trial_id, self._trial[trial_id].state)
             if self.engine is not None:
-                study_id, number = self._ids[trial_id]
-                write_trial_user_attrs(self.engine, study_id, number, attrs)
+                self._flush(trial_id, attrs)
             else:
                 for key, value in attrs.items():
                     self.backend.set_trial_user_attr(trial_id, key, value)
@@ -163,6 +220,8 @@ class DriverStorage(BaseStorage):
 
     def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
         with self._lock:
+            if self.engine is not None:
+                self._flush(trial_id)
             self.backend.set_trial_system_attr(trial_id, key, value)
             self._trial[trial_id].system_attrs[key] = copy.deepcopy(value)
 

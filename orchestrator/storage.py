@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 import optuna
 import sqlalchemy as sa
+from optuna.distributions import BaseDistribution, distribution_to_json
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
@@ -694,54 +695,77 @@ def hold_lease(store: StudyStore, study_name: str, ttl_seconds: float) -> Iterat
             release_lease(store, study_name, held.owner)
 
 
-def write_trial_user_attrs(engine: sa.Engine, study_id: int, number: int, attrs: dict[str, Any]) -> None:
-    """Several user attributes of a running trial in one transaction. Optuna's storage commits
-    each ``set_user_attr`` on its own, a transaction of three statements per key (a finished
-    trial has 15-25), and it has no call that writes several; this writes the same rows of its
-    schema (``trial_user_attributes``: one JSON value per key, what optuna-dashboard and every
-    Optuna version read) at once, after checking, as Optuna does, that the trial still runs."""
-    if not attrs:
-        return
-    trials, user_attrs = _optuna_tables(engine)
+def write_trial_rows(
+    engine: sa.Engine,
+    trial_id: int,
+    attrs: dict[str, Any],
+    params: list[tuple[str, float, BaseDistribution]] = (),
+) -> None:
+    """A running trial's user attributes and parameters (name, internal value, distribution) in
+    one transaction. Optuna's storage commits each ``set_user_attr`` and each parameter on its
+    own, a transaction of three statements per key (a finished trial had 40 statements), and
+    has no call that writes several; this writes the same rows of its schema
+    (``trial_user_attributes``: one JSON value per key; ``trial_params``: the internal value and
+    the distribution's JSON; what optuna-dashboard and every Optuna version read) at once. The
+    caller (``driver_storage.DriverStorage``) has checked the trial runs and each distribution
+    agrees with the study's, as Optuna does."""
+    tables = _optuna_tables(engine)
+    user_attrs, trial_params = tables["trial_user_attributes"], tables["trial_params"]
     with engine.begin() as conn:
-        found = conn.execute(
-            sa.select(trials.c.trial_id, trials.c.state).where(
-                trials.c.study_id == study_id, trials.c.number == number
+        if attrs:
+            conn.execute(
+                sa.delete(user_attrs).where(
+                    user_attrs.c.trial_id == trial_id, user_attrs.c.key.in_(list(attrs))
+                )
             )
-        ).one_or_none()
-        if found is None or str(found.state).rsplit(".", 1)[-1] != TrialState.RUNNING.name:
-            raise RuntimeError(f"trial {number} is not running: its attributes are not written")
-        conn.execute(
-            sa.delete(user_attrs).where(
-                user_attrs.c.trial_id == found.trial_id, user_attrs.c.key.in_(list(attrs))
+            conn.execute(
+                sa.insert(user_attrs),
+                [{"trial_id": trial_id, "key": k, "value_json": json.dumps(v)} for k, v in attrs.items()],
             )
-        )
-        conn.execute(
-            sa.insert(user_attrs),
-            [{"trial_id": found.trial_id, "key": k, "value_json": json.dumps(v)} for k, v in attrs.items()],
-        )
+        if params:
+            conn.execute(
+                sa.insert(trial_params),
+                [
+                    {
+                        "trial_id": trial_id,
+                        "param_name": name,
+                        "param_value": value,
+                        "distribution_json": distribution_to_json(distribution),
+                    }
+                    for name, value, distribution in params
+                ],
+            )
+
+
+def trial_times(engine: sa.Engine, trial_id: int) -> tuple[int, datetime | None, datetime | None]:
+    """A trial's number and the start and end times the storage set (one row, one query)."""
+    trials = _optuna_tables(engine)["trials"]
+    query = sa.select(trials.c.number, trials.c.datetime_start, trials.c.datetime_complete).where(
+        trials.c.trial_id == trial_id
+    )
+    with engine.connect() as conn:
+        return tuple(conn.execute(query).one())
 
 
 def trial_ids(engine: sa.Engine, study_id: int) -> dict[int, int]:
     """Trial number -> trial id of every trial of a study, in one query (Optuna's storage has
     a call per trial)."""
-    trials, _ = _optuna_tables(engine)
+    trials = _optuna_tables(engine)["trials"]
     query = sa.select(trials.c.number, trials.c.trial_id).where(trials.c.study_id == study_id)
     with engine.connect() as conn:
         return {number: trial_id for number, trial_id in conn.execute(query)}
 
 
-_OPTUNA_TABLES: dict[str, tuple[sa.Table, sa.Table]] = {}
+_OPTUNA_TABLES: dict[str, dict[str, sa.Table]] = {}
 
 
-def _optuna_tables(engine: sa.Engine) -> tuple[sa.Table, sa.Table]:
-    """Optuna's ``trials`` and ``trial_user_attributes`` tables, read from the database once
-    per engine (their columns are Optuna's schema, which ``RDBStorage`` checks the version of)."""
+def _optuna_tables(engine: sa.Engine) -> dict[str, sa.Table]:
+    """Optuna's ``trials``, ``trial_user_attributes`` and ``trial_params`` tables, read from the
+    database once per engine (their columns are Optuna's schema, whose version ``RDBStorage``
+    checks when it opens the database)."""
     key = str(engine.url)
     if key not in _OPTUNA_TABLES:
         metadata = sa.MetaData()
-        _OPTUNA_TABLES[key] = (
-            sa.Table("trials", metadata, autoload_with=engine),
-            sa.Table("trial_user_attributes", metadata, autoload_with=engine),
-        )
+        names = ("trials", "trial_user_attributes", "trial_params")
+        _OPTUNA_TABLES[key] = {name: sa.Table(name, metadata, autoload_with=engine) for name in names}
     return _OPTUNA_TABLES[key]

@@ -450,7 +450,7 @@ def test_a_signal_stops_replicates_keeping_those_done_and_the_same_command_finis
 
 
 def test_status_and_the_dashboard_note_name_the_points_off_the_front_by_their_mean():
-    from orchestrator.report import format_status, front_note, study_status
+    from orchestrator.report import format_status, study_front_note, study_status
 
     study = optuna.create_study(directions=["minimize", "minimize"])
     for ppl, params, control in [(5.0, 100, True), (5.2, 80, False), (5.6, 60, False)]:
@@ -465,13 +465,13 @@ def test_status_and_the_dashboard_note_name_the_points_off_the_front_by_their_me
     assert "28.8% at most (trial 1); off the front by their mean: trials [1]" in text  # 6.7 / 5.2
     assert "dense control over 3 seeds: perplexity 5.000 (mean), 4.900-5.100" in text
     assert "replicated" not in format_status(study_status(study, {}))
-    note = front_note(study, Replicated(replicates, set()))  # the dashboard's
+    note = study_front_note(study, Replicated(replicates, set()))  # the dashboard's
     assert "over seeds: mean [lowest, highest]" in note
     assert (
         "| 1 | importance | 0.200 | 5.200 | 6.067 [5.200, 6.700], 3 seeds (off the front by its mean) |"
         in note
     )
-    assert "over seeds" not in front_note(study)
+    assert "over seeds" not in study_front_note(study)
 
 
 def test_the_setup_digest_is_what_a_trial_measures_not_how_the_file_says_it():
