@@ -127,10 +127,10 @@ class Attention(nn.Module):
             return self.proj.bias
         H, d = self.n_head, self.d_head
         qkv = F.linear(x, self.qkv.weight, self.qkv.bias).view(B, T, 3, H, d).permute(2, 0, 3, 1, 4)
-        if self.persistent:
-            persistent = torch.stack([self.persistent_k, self.persistent_v]) * self.persistent_scale
-            k, v = torch.cat([qkv[1:], persistent.unsqueeze(1).expand(-1, B, -1, -1, -1)], dim=3)
-            y = F.scaled_dot_product_attention(qkv[0], k, v, attn_mask=self._mask(T, x))
+        if self.persistent:  # as forward; in place and narrow/select: each saves a few microseconds
+            persistent = torch.stack([self.persistent_k, self.persistent_v]).mul_(self.persistent_scale)
+            k, v = torch.cat([qkv.narrow(0, 1, 2), persistent.unsqueeze(1).expand(-1, B, -1, -1, -1)], dim=3)
+            y = F.scaled_dot_product_attention(qkv.select(0, 0), k, v, attn_mask=self._mask(T, x))
         else:
             q, k, v = qkv
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
