@@ -120,15 +120,20 @@ class Attention(nn.Module):
         weight = self.proj.weight * gate.repeat_interleave(self.d_head).to(self.proj.weight.dtype)
         return F.linear(y, weight, self.proj.bias)
 
-    def infer(self, x: torch.Tensor, B: int, T: int) -> torch.Tensor:
+    def scaled_persistent(self) -> torch.Tensor:
+        """The persistent keys and values as the softmax sees them, (2, n_head, n_persistent, d)."""
+        return torch.stack([self.persistent_k, self.persistent_v]).mul_(self.persistent_scale)
+
+    def infer(self, x: torch.Tensor, B: int, T: int, persistent: torch.Tensor | None = None) -> torch.Tensor:
         """``forward`` without gates or dropout on a (B*T, d_model) input, for
-        ``LanguageModel._infer``: the attention output as (B*T, d_model)."""
+        ``LanguageModel._infer``: the attention output as (B*T, d_model). ``persistent``:
+        ``scaled_persistent()``, which the model may have computed for every layer at once."""
         if self.n_head == 0:
             return self.proj.bias
         H, d = self.n_head, self.d_head
         qkv = F.linear(x, self.qkv.weight, self.qkv.bias).view(B, T, 3, H, d).permute(2, 0, 3, 1, 4)
-        if self.persistent:  # as forward; in place and narrow/select: each saves a few microseconds
-            persistent = torch.stack([self.persistent_k, self.persistent_v]).mul_(self.persistent_scale)
+        if self.persistent:  # as forward; narrow/select rather than indexing: fewer microseconds
+            persistent = self.scaled_persistent() if persistent is None else persistent
             k, v = torch.cat([qkv.narrow(0, 1, 2), persistent.unsqueeze(1).expand(-1, B, -1, -1, -1)], dim=3)
             y = F.scaled_dot_product_attention(qkv.select(0, 0), k, v, attn_mask=self._mask(T, x))
         else:
@@ -224,13 +229,27 @@ class LanguageModel(nn.Module):
         x = F.embedding(idx, self.tok_emb.weight)
         x += self.pos_emb.weight[:T]
         x = x.view(B * T, -1)
-        for block in self.blocks:
-            x += block.attn.infer(_layer_norm(block.ln_attn, x), B, T)
+        for block, persistent in zip(self.blocks, self._scaled_persistent()):
+            x += block.attn.infer(_layer_norm(block.ln_attn, x), B, T, persistent)
             if block.has_mlp:
                 mlp = block.mlp
                 h = F.gelu(F.linear(_layer_norm(block.ln_mlp, x), mlp.fc.weight, mlp.fc.bias))
                 x += F.linear(h, mlp.proj.weight, mlp.proj.bias)
         return F.linear(_layer_norm(self.ln_f, x), self.head.weight).view(B, T, -1)
+
+    def _scaled_persistent(self) -> list[torch.Tensor | None]:
+        """Each layer's ``Attention.scaled_persistent()`` (None for the gpt family): where every
+        layer keeps as many heads (a dense model, an even pruning) one stack and one multiply for
+        all of them, two operations where one per layer would be twice as many as layers."""
+        attentions = [block.attn for block in self.blocks]
+        if self.cfg.family != "all_attention":
+            return [None] * len(attentions)
+        tensors = [t for a in attentions for t in (a.persistent_k, a.persistent_v)]
+        if len({t.shape for t in tensors}) > 1:
+            return [a.scaled_persistent() for a in attentions]
+        stacked = torch.stack(tensors).view(len(attentions), 2, *tensors[0].shape)
+        # every layer's scales are the same two numbers (d_head and n_persistent are the model's)
+        return list(stacked.mul_(attentions[0].persistent_scale).unbind(0))
 
     def loss(
         self, idx: torch.Tensor, targets: torch.Tensor, head_gates: list[torch.Tensor] | None = None
