@@ -34,6 +34,7 @@ from orchestrator.artifacts import ModelRef, fetch, is_remote, join, keep_in_cac
 from orchestrator.early_stopping import RUNG_KEY
 from orchestrator.front_gaps import distinct, gap_fill_point
 from orchestrator.progress import say
+from orchestrator.recent_tpe import RecentTPE
 from orchestrator.records import OBJECTIVES, result_attrs
 from orchestrator.search_space import Range, SearchSpace
 from orchestrator.study_trials import StudyTrials
@@ -225,6 +226,7 @@ class StudyDriver:
         gap_fill_every: int = 0,
         warm_start: bool = False,
         proposer: Proposer | None = None,
+        recent_tpe: RecentTPE | None = None,
         trial_cpu_seconds_budget: float | None = None,
         still_leased: Callable[[], bool] = lambda: True,
         attach_model: Callable[[optuna.Trial, str, str], None] | None = None,
@@ -240,6 +242,7 @@ class StudyDriver:
         self.gap_fill_every = gap_fill_every  # then every N-th fills the front's widest gap
         self.warm_start = warm_start  # a trial starts from the front's next larger model (warm_start.py)
         self.proposer = proposer  # and the others, if given, take its point ([study] sampler gp, nsga2)
+        self.recent_tpe = recent_tpe  # or, past its window, TPE's on the recent trials (recent_tpe.py)
         # Told a finished trial and, when it joined the front, the numbers it pushed off (else None)
         self.on_finished = on_finished
         # Given a COMPLETE trial on an object store before it is told (Optuna attaches artifacts
@@ -340,8 +343,9 @@ class StudyDriver:
         sparsity, settings as ``[startup]`` says or at their defaults (``SearchSpace.start_point``), so a
         short study's front spans the range with settings known to work. After them, every
         ``gap_fill_every``-th trial fills the front's widest gap (``front_gaps``), and the others
-        take the ``proposer``'s parameters where there is one (``runner.make_proposer``). The study's
-        sampler chooses whatever is not enqueued."""
+        take the ``proposer``'s parameters where there is one (``runner.make_proposer``), or, in a
+        study past the window of ``recent_tpe``, TPE's on its recent trials. The study's sampler
+        chooses whatever is not enqueued."""
         if self.trials.waiting:
             return  # a retry asked for earlier goes first
         # A retry repeats a trial's point: not a new index, or a failure would skip a sparsity
@@ -354,6 +358,8 @@ class StudyDriver:
             point = self._gap_fill()
         elif self.proposer is not None:
             point, attrs = self.proposer(self.trials.all()), {"proposed_by": self.proposer.name}
+        elif self.recent_tpe is not None and (point := self.recent_tpe(self.trials)) is not None:
+            attrs = {"proposed_by": self.recent_tpe.name}
         else:
             point = None
         if point is not None:

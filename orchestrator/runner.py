@@ -59,6 +59,7 @@ from orchestrator.preflight import (
     check_writable_folder,
 )
 from orchestrator.progress import PhaseProgress, say
+from orchestrator.recent_tpe import RecentTPE
 from orchestrator.report import front_note, last_failure, study_front_note
 from orchestrator.search_space import SearchSpace
 from orchestrator.storage import (
@@ -313,6 +314,11 @@ def _search_seed(cfg: StudyConfig, store: StudyStore, study_name: str) -> int:
     return cfg.study.seed + len(store.storage.get_all_trials(study_id, deepcopy=False))
 
 
+# Finished trials past which TPE samples from the most recent ones only (recent_tpe.py): its ask
+# costs 53 ms at 1,000 trials and grows linearly (bench.driver, docs/results.md).
+TPE_WINDOW = 1000
+
+
 def make_sampler(kind: str, *, seed: int, startup: int) -> optuna.samplers.BaseSampler:
     """``[study] sampler``. The start-up is enqueued trials, the same for every sampler;
     ``startup`` tells the sampler how many to see before it models the results. TPE with
@@ -427,6 +433,13 @@ def open_driver(
         proposer=make_proposer(
             cfg.study.sampler, seed=seed, study_seed=cfg.study.seed, startup=startup, space=space
         ),
+        recent_tpe=RecentTPE(
+            space,
+            lambda build: make_sampler(cfg.study.sampler, seed=seed + build, startup=startup),
+            TPE_WINDOW,
+        )
+        if cfg.study.sampler.startswith("tpe")
+        else None,
         trial_cpu_seconds_budget=opts.trial_cpu_seconds_budget,
         still_leased=lease.held,
         attach_model=lambda trial, model_dir, digest: _attach_model(trial, opts.artifacts, model_dir, digest),

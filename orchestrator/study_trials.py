@@ -35,9 +35,12 @@ class StudyTrials:
         self.searched = 0  # trials asked for but the dense control and retries: the start-up's index
         self.waiting: set[int] = set()  # retries asked for, not yet handed out
         self.complete = self.pruned = 0
+        self.finished: list[int] = []  # COMPLETE and PRUNED trials, in the order they finished
         self.control: FrozenTrial | None = None  # the COMPLETE dense control
-        for trial in self.all():
-            self._take(trial)
+        for trial in sorted(
+            self.all(), key=lambda t: (t.datetime_complete is None, t.datetime_complete or 0, t.number)
+        ):
+            self._take(trial)  # finished ones in the order they finished
 
     def all(self) -> list[FrozenTrial]:
         """Every trial, by number (what a proposer models: it reads them all anyway)."""
@@ -79,6 +82,7 @@ class StudyTrials:
         if before == trial.state or trial.state not in FINISHED:
             return None
         self.tried.add(tried_key(trial.params))
+        self.finished.append(trial.number)
         if trial.state == TrialState.PRUNED:
             self.pruned += 1
             return None

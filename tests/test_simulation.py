@@ -133,3 +133,31 @@ def test_a_simulated_trial_records_what_a_real_one_does(tmp_path):
     }
     assert complete and all(expected <= t.user_attrs.keys() for t in complete)
     assert all({"stopped_at_step", "rung_val_perplexity", "curve"} <= t.user_attrs.keys() for t in stopped)
+
+
+def test_past_its_window_tpe_proposes_from_the_recent_trials_only(tmp_path, monkeypatch):
+    """With a window of 30 finished trials: until then the study's own TPE samples (nothing
+    enqueued for it); after it every searched trial not a gap fill takes a whole point (method
+    and its knobs) from TPE on the last 30 to 60 finished trials."""
+    import orchestrator.runner as runner
+    from orchestrator.recent_tpe import RecentTPE
+
+    monkeypatch.setattr(runner, "TPE_WINDOW", 30)
+    models = []
+    original = RecentTPE._build
+
+    def build(self, trials, numbers):
+        original(self, trials, numbers)
+        models.append(len(numbers))
+
+    monkeypatch.setattr(RecentTPE, "_build", build)
+    store = open_store(f"sqlite:///{tmp_path}/w.db")
+    run = bench_driver._run(f"sqlite:///{tmp_path}/w.db", [100], 8, seed=2)
+    assert run["front_ok"]
+    study = optuna.load_study(study_name="driver-bench", storage=store.storage)
+    recent = [t for t in study.trials if t.user_attrs.get("proposed_by") == "tpe_recent"]
+    assert recent and min(t.number for t in recent) > 30
+    for trial in recent:
+        assert {"method", "sparsity", "lr"} <= trial.params.keys()
+        assert trial.system_attrs["fixed_params"].keys() == trial.params.keys()  # the study sampled none
+    assert models[0] == 30 and len(models) >= 2  # built at 30, and anew once it held 60
