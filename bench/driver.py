@@ -221,6 +221,7 @@ def _run(url: str, sizes: list[int], in_flight: int, seed: int) -> dict:
         "stopped_at_rung": executor.stats.stopped_at_rung,
         "warm_started": sum("warm_start_from" in t.user_attrs for t in trials),
         "same_as_running": executor.stats.same_as_running,
+        "identical_to_running": executor.stats.identical_to_running,
         "started": executor.stats.started,
         "most_in_flight": executor.stats.most_in_flight,
     }

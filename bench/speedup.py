@@ -111,8 +111,10 @@ def main(argv: list[str] | None = None) -> None:
         "--family", action="append", help="only this family (repeatable): gpt, all_attention, 'hf gpt2', ..."
     )
     parser.add_argument(
-        "--threads", type=int, help="torch threads (default torch's): 1 where other work holds a core, "
-        "which otherwise stalls every multi-threaded kernel"
+        "--threads",
+        type=int,
+        help="torch threads (default torch's): 1 where other work holds a core, "
+        "which otherwise stalls every multi-threaded kernel",
     )
     args = parser.parse_args(argv)
     if args.threads:
