@@ -26,24 +26,21 @@ import contextlib
 import glob
 import json
 import os
-import random
-import statistics
 import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import sqlalchemy as sa
 
 from bench.common import print_json, print_table
 from orchestrator.config import load_study_config
-from orchestrator.execution import RESULT_KEY, DriverTimings
-from orchestrator.runner import RunOptions, make_scheduler, open_driver, rung_context
-from orchestrator.simulation import SimulatedExecutor, SimulatedTrial
+from orchestrator.execution import DriverTimings
+from orchestrator.runner import RunOptions, TuneExecutor, make_scheduler, open_driver, rung_context
+from orchestrator.simulation import MeasuredTrials, SimulatedExecutor, replay_on_worker
 from orchestrator.storage import front_rows, hold_lease, open_store, read_frontier
-from trainers.gates import heads_to_keep
-from trainers.trial import TrialResult
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = REPO / "studies" / "tinyshakespeare.toml"
@@ -52,64 +49,19 @@ POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/"
 LAYER_HEADS = [8, 8, 8, 8]
 
 
-class MeasuredTrials:
-    """Trials as the default study's ran them (``bench.frontier``'s 3-seed runs): a simulated
-    trial takes the duration of a measured one drawn at random, and the perplexity of a measured
-    trial near its sparsity (within 0.07) times 1% noise (the spread between seeds); its size
-    is the measured sizes' linear fit in sparsity. A warm start (``parent_dir``) is 0.5% better,
-    about the measured gain. Its rung perplexities are the final one x (1 + 0.6 (1 - f)^2) with
-    3% noise: a rung is part-way through fine-tuning, above the end, and noisier."""
-
-    def __init__(self, pattern: str = MEASURED) -> None:
-        self.points: list[tuple[float, float, float]] = []  # (sparsity, perplexity, params)
-        self.seconds: list[float] = []
-        for path in sorted(glob.glob(str(REPO / pattern))):
-            for seed in json.loads(Path(path).read_text())["seeds"]:
-                for trials in seed["arms"].values():
-                    for t in trials:
-                        if t.get("ppl") and t.get("seconds") and t.get("sparsity") is not None:
-                            self.points.append((t["sparsity"], t["ppl"], t["params"]))
-                            self.seconds.append(t["seconds"])
-        if not self.points:
-            raise SystemExit(f"no measured trials under {pattern}")
-        self.points.sort()
-        sparsities = [p[0] for p in self.points]
-        slope, intercept = statistics.linear_regression(sparsities, [p[2] for p in self.points])
-        self.params_at = lambda s: int(intercept + slope * s)
-
-    def __call__(self, config: dict, rng: random.Random) -> SimulatedTrial:
-        hparams = config["hparams"]
-        sparsity = hparams.get("sparsity", 0.0 if hparams["method"] == "dense" else rng.uniform(0.05, 0.875))
-        total = sum(LAYER_HEADS)
-        kept = heads_to_keep(total, sparsity) if sparsity else total
-        near = [p for p in self.points if abs(p[0] - sparsity) <= 0.07] or self.points
-        ppl = rng.choice(near)[1] * rng.lognormvariate(0, 0.01) * (0.995 if config.get("parent_dir") else 1.0)
-        n_params = self.params_at(1 - kept / total)
-        per_layer = [
-            kept // len(LAYER_HEADS) + (i < kept % len(LAYER_HEADS)) for i in range(len(LAYER_HEADS))
-        ]
-        result = TrialResult(
-            val_perplexity=ppl,
-            n_params=n_params,
-            n_params_nonembed=n_params - 8_448,
-            sparsity=1 - kept / total,
-            heads_per_layer=per_layer,
-            kept_heads=[list(range(k)) for k in per_layer],
-            method=hparams["method"],
-            tokens_per_s=0.0,
-            cpu_seconds=0.0,
-            bits_per_byte=0.0,
-        ).to_dict()
-        seconds = rng.choice(self.seconds)
-        result["cpu_seconds"] = seconds
-        final = {
-            "val_perplexity": ppl,
-            "n_params": n_params,
-            RESULT_KEY: json.dumps(result | {"model_sha256": f"{rng.getrandbits(128):032x}"}),
-            "node_id": "simulated",
-        }
-        rungs = [ppl * (1 + 0.6 * (1 - f) ** 2) * rng.lognormvariate(0, 0.03) for f in (1 / 9, 1 / 3)]
-        return SimulatedTrial(seconds=seconds, rung_perplexities=rungs, final=final, n_params=n_params)
+def measured_trials(pattern: str = MEASURED) -> MeasuredTrials:
+    """The trial model of the default study, from the 3-seed comparisons' trials."""
+    points, seconds = [], []
+    for path in sorted(glob.glob(str(REPO / pattern))):
+        for seed in json.loads(Path(path).read_text())["seeds"]:
+            for trials in seed["arms"].values():
+                for t in trials:
+                    if t.get("ppl") and t.get("seconds") and t.get("sparsity") is not None:
+                        points.append((t["sparsity"], t["ppl"], t["params"]))
+                        seconds.append(t["seconds"])
+    if not points:
+        raise SystemExit(f"no measured trials under {pattern}")
+    return MeasuredTrials(points, seconds, LAYER_HEADS)
 
 
 class ServerCPU:
@@ -183,9 +135,11 @@ class Probe:
         return time.process_time() + (self.server() if self.server else 0.0)
 
 
-def _run(url: str, sizes: list[int], in_flight: int, seed: int) -> dict:
-    """One simulated study to ``sizes[-1]`` finished trials on ``url``; a window per size."""
-    cfg = load_study_config(STUDY)
+def _run(url: str, sizes: list[int], in_flight: int, seed: int, on_tune: bool = False) -> dict:
+    """One study to ``sizes[-1]`` finished trials on ``url``, simulated (or, ``on_tune``, on
+    Ray Tune with trials that train nothing, ``simulation.replay_on_worker``); a window per
+    size."""
+    cfg = load_study_config(STUDY, [f"study.cpus_per_trial={2 / in_flight}"] if on_tune else [])
     with tempfile.TemporaryDirectory() as scratch:
         opts = RunOptions.for_study(
             cfg,
@@ -205,7 +159,13 @@ def _run(url: str, sizes: list[int], in_flight: int, seed: int) -> dict:
             rungs = tuple(cfg.early_stopping.rungs())
             driver.rung_context = rung_context(None, rungs, 0)
             scheduler = make_scheduler(cfg, driver.study, len(rungs), driver.rung_context)
-            executor = SimulatedExecutor(MeasuredTrials(), in_flight=in_flight, rungs=rungs, seed=seed)
+            trial_model = measured_trials()
+            if on_tune:
+                executor = TuneExecutor(
+                    cfg, opts, partial(replay_on_worker, trial_model=trial_model, rungs=rungs)
+                )
+            else:
+                executor = SimulatedExecutor(trial_model, in_flight=in_flight, rungs=rungs, seed=seed)
             windows = _measure(driver, scheduler, executor, probe, sizes)
             table = sorted(_key(r) for r in read_frontier(store, opts.study_name))
             brute_force = sorted(_key(r) for r in front_rows(driver.study))  # from every COMPLETE trial
@@ -213,17 +173,24 @@ def _run(url: str, sizes: list[int], in_flight: int, seed: int) -> dict:
         store.engine.dispose()
         store.storage.engine.dispose()
     finished = [t for t in trials if t.state.is_finished() and t.state.name != "FAIL"]
+    stats = getattr(executor, "stats", None)
     return {
         "windows": windows,
         "front_ok": bool(table) and table == brute_force,
         "finished": len(finished),
         "numbers_unique": len({t.number for t in trials}) == len(trials),
-        "stopped_at_rung": executor.stats.stopped_at_rung,
+        "stopped_at_rung": sum(t.state.name == "PRUNED" for t in trials),
         "warm_started": sum("warm_start_from" in t.user_attrs for t in trials),
-        "same_as_running": executor.stats.same_as_running,
-        "identical_to_running": executor.stats.identical_to_running,
-        "started": executor.stats.started,
-        "most_in_flight": executor.stats.most_in_flight,
+        **(
+            {
+                "same_as_running": stats.same_as_running,
+                "identical_to_running": stats.identical_to_running,
+                "started": stats.started,
+                "most_in_flight": stats.most_in_flight,
+            }
+            if stats
+            else {}
+        ),
     }
 
 
@@ -245,8 +212,9 @@ def _measure(driver, scheduler, executor, probe: Probe, sizes: list[int]) -> lis
             readings[driver.n_finished] = (time.perf_counter(), probe.cpu(), seconds, probe.statements)
 
     driver.on_finished = on_finished
-    executor.timings = driver.timings
-    executor.run(driver, scheduler)
+    if isinstance(executor, SimulatedExecutor):
+        executor.timings = driver.timings  # its own work and the rung decisions, apart
+    executor.run(driver, scheduler)  # on Tune, its controller and the rung decisions are in "total"
     windows = []
     for i, size in enumerate(sizes):
         start = int(size * (0.5 if i == 0 else 0.9))
@@ -298,10 +266,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--in-flight", type=int, default=256)
     parser.add_argument("--sizes", type=int, nargs="+", help="study sizes (default 100 1000 10000)")
     parser.add_argument("--sqlite-sizes", type=int, nargs="*", help="SQLite's (default 100 1000)")
+    parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="the simulator against Ray Tune running trials that train nothing (SQLite, 16 in flight)",
+    )
     args = parser.parse_args(argv)
     sizes = args.sizes or ([50, 200] if args.quick else [100, 1000, 10_000])
     sqlite_sizes = args.sqlite_sizes if args.sqlite_sizes is not None else ([] if args.quick else [100, 1000])
     in_flight = 32 if args.quick and args.in_flight == 256 else args.in_flight
+    if args.calibrate:
+        return calibrate(args.sizes or [100, 1000], 16 if args.in_flight == 256 else args.in_flight)
     runs: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as scratch:
         if not args.quick:
@@ -333,6 +308,40 @@ def main(argv: list[str] | None = None) -> dict:
     main_backend = "postgresql" if "postgresql" in payload else "sqlite"
     payload["front_ok"] = all(payload[b]["front_ok"] for b in runs)
     payload |= payload[main_backend]["sizes"].get(str(sizes[-1]), {})
+    print_json("driver", payload)
+    return payload
+
+
+def calibrate(sizes: list[int], in_flight: int) -> dict:
+    """The same study on Ray Tune (trials that report at once, ``in_flight`` sharing 2 CPUs)
+    and on the simulator: Tune's controller costs the driver's process what the simulator does
+    not see. Both on SQLite; the error is Tune's figure over the simulator's, minus 1."""
+    runs = {}
+    for name, on_tune in (("simulator", False), ("ray_tune", True)):
+        with tempfile.TemporaryDirectory() as scratch:
+            runs[name] = summary(
+                _run(f"sqlite:///{scratch}/c.db", sizes, in_flight, seed=0, on_tune=on_tune)["windows"]
+            )
+    rows, payload = [], {"in_flight": in_flight, "calibration": runs}
+    for size in runs["simulator"]:
+        simulated, tune_ = runs["simulator"][size], runs["ray_tune"].get(size)
+        if tune_ is None:
+            continue
+        error = {
+            key: round(tune_[key] / simulated[key] - 1, 3)
+            for key in ("trials_per_s", "driver_ms_per_trial")
+            if simulated[key]
+        }
+        payload.setdefault("simulator_error", {})[size] = error
+        rows.append(
+            [size, *(f"{runs[n][size][k]}" for k in ("trials_per_s", "driver_ms_per_trial") for n in runs)]
+        )
+    print_table(
+        f"the simulator against Ray Tune, {in_flight} in flight, SQLite",
+        ["trials", "trials/s simulated", "trials/s Tune", "driver ms simulated", "driver ms Tune"],
+        rows,
+    )
+    payload["front_ok"] = True
     print_json("driver", payload)
     return payload
 

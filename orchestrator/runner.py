@@ -12,6 +12,7 @@ import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import optuna
@@ -679,28 +680,31 @@ def _search(
     rung_tokens = rung_windows(evaluation_windows(setup), cfg.early_stopping.eval_tokens)[1].numel()
     driver.rung_context = rung_context(driver.setup, rungs, rung_tokens)
     scheduler = make_scheduler(cfg, driver.study, len(rungs), driver.rung_context)
-    TuneExecutor(cfg, opts, setup, dense).run(driver, scheduler)
+    trainable = partial(
+        train_on_worker,
+        setup=setup,
+        rungs=rungs,
+        rung_eval_tokens=cfg.early_stopping.eval_tokens,
+        dense=dense,
+    )
+    TuneExecutor(cfg, opts, trainable).run(driver, scheduler)
 
 
 class TuneExecutor:
-    """Runs a study's trials on Ray Tune (``execution.Executor``): ``train_on_worker`` on each
-    worker, the driver behind Tune's searcher and callback, the scheduler deciding at rungs."""
+    """Runs a study's trials on Ray Tune (``execution.Executor``): ``trainable`` on each worker
+    (``train_on_worker`` with its arguments; ``simulation.replay_on_worker`` to measure Tune),
+    the driver behind Tune's searcher and callback, the scheduler deciding at rungs."""
 
-    def __init__(self, cfg: StudyConfig, opts: RunOptions, setup: TrialSetup, dense: ModelRef | None) -> None:
-        self.cfg, self.opts, self.setup, self.dense = cfg, opts, setup, dense
+    def __init__(self, cfg: StudyConfig, opts: RunOptions, trainable: partial) -> None:
+        self.cfg, self.opts, self.trainable = cfg, opts, trainable
 
     def run(self, driver: StudyDriver, scheduler) -> None:
         from ray import tune
 
         cfg, opts = self.cfg, self.opts
         with ray_session(opts, cfg.study.cpus_per_trial):
-            trainable = tune.with_parameters(
-                train_on_worker,
-                setup=self.setup,
-                rungs=tuple(cfg.early_stopping.rungs()),
-                rung_eval_tokens=cfg.early_stopping.eval_tokens,
-                dense=self.dense,
-            )
+            # put in Ray's object store once, not pickled with every trial
+            trainable = tune.with_parameters(self.trainable.func, **self.trainable.keywords)
             tune_config = tune.TuneConfig(
                 search_alg=StudySearcher(driver),
                 scheduler=scheduler,

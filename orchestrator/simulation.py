@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import json
 import random
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +30,16 @@ from ray.tune.schedulers import TrialScheduler
 from ray.tune.search import Searcher
 
 from orchestrator.early_stopping import RUNG_KEY
-from orchestrator.execution import DriverTimings, RunStopper, StudyCallback, StudyDriver, StudySearcher
+from orchestrator.execution import (
+    RESULT_KEY,
+    DriverTimings,
+    RunStopper,
+    StudyCallback,
+    StudyDriver,
+    StudySearcher,
+)
+from trainers.gates import heads_to_keep
+from trainers.trial import TrialResult
 
 
 @dataclass
@@ -124,7 +135,7 @@ class SimulatedExecutor:
             if trial is None:
                 continue  # stopped at an earlier rung: its later events are void
             if rung >= 0:
-                result = self._rung_report(trial, rung)
+                result = rung_report(trial.plan, rung, self.rungs[rung])
                 with self.timings.measure("rung decisions"):
                     decision = scheduler.on_trial_result(None, trial, result)
                 callback.on_trial_result(0, [], trial, result)
@@ -142,20 +153,84 @@ class SimulatedExecutor:
             asking = True
         self.stats.virtual_seconds = now
 
-    def _rung_report(self, trial: _Running, rung: int) -> dict[str, Any]:
-        plan, fraction = trial.plan, self.rungs[rung]
-        step = round(fraction * plan.finetune_steps)
-        return {
-            "val_perplexity": plan.rung_perplexities[rung],
-            "n_params": plan.n_params,
-            RUNG_KEY: rung,
-            "finetune_step": step,
-            "finetune_steps": plan.finetune_steps,
-            "cpu_seconds": fraction * plan.seconds,
-            "rung_tokens": 0,
-        }
-
 
 def _point(config: dict[str, Any]) -> tuple[str, float | None]:
     hparams = config["hparams"]
     return hparams["method"], round(hparams["sparsity"], 2) if "sparsity" in hparams else None
+
+
+class MeasuredTrials:
+    """A trial model from measured trials ``points`` (sparsity, perplexity, parameters) and
+    durations ``seconds`` (``bench.driver`` reads them from the 3-seed comparisons): a
+    simulated trial takes the duration of a measured one drawn at random, and the perplexity of
+    a measured trial near its sparsity (within 0.07) times 1% noise (the spread between seeds);
+    its size is the measured sizes' linear fit in sparsity. A warm start (``parent_dir``) is
+    0.5% better, about the measured gain. Its rung perplexities are the final one x
+    (1 + 0.6 (1 - f)^2) with 3% noise: a rung is part-way through fine-tuning, above the end,
+    and noisier. The rest of its result is what a worker reports (``trainers.trial.TrialResult``)."""
+
+    def __init__(
+        self, points: list[tuple[float, float, float]], seconds: list[float], layer_heads: list[int]
+    ) -> None:
+        self.points, self.seconds, self.layer_heads = sorted(points), list(seconds), list(layer_heads)
+        slope, intercept = statistics.linear_regression([p[0] for p in points], [p[2] for p in points])
+        self.slope, self.intercept = slope, intercept
+
+    def __call__(self, config: dict[str, Any], rng: random.Random) -> SimulatedTrial:
+        hparams = config["hparams"]
+        default = 0.0 if hparams["method"] == "dense" else rng.uniform(0.05, 0.875)
+        sparsity = hparams.get("sparsity", default)
+        total, layers = sum(self.layer_heads), len(self.layer_heads)
+        kept = heads_to_keep(total, sparsity) if sparsity else total
+        near = [p for p in self.points if abs(p[0] - sparsity) <= 0.07] or self.points
+        warm = 0.995 if config.get("parent_dir") else 1.0
+        ppl = rng.choice(near)[1] * rng.lognormvariate(0, 0.01) * warm
+        n_params = int(self.intercept + self.slope * (1 - kept / total))
+        per_layer = [kept // layers + (i < kept % layers) for i in range(layers)]
+        seconds = rng.choice(self.seconds)
+        result = TrialResult(
+            val_perplexity=ppl,
+            n_params=n_params,
+            n_params_nonembed=n_params,
+            sparsity=1 - kept / total,
+            heads_per_layer=per_layer,
+            kept_heads=[list(range(k)) for k in per_layer],
+            method=hparams["method"],
+            tokens_per_s=0.0,
+            cpu_seconds=seconds,
+        ).to_dict()
+        final = {
+            "val_perplexity": ppl,
+            "n_params": n_params,
+            RESULT_KEY: json.dumps(result | {"model_sha256": f"{rng.getrandbits(128):032x}"}),
+            "node_id": "simulated",
+        }
+        rungs = [ppl * (1 + 0.6 * (1 - f) ** 2) * rng.lognormvariate(0, 0.03) for f in (1 / 9, 1 / 3)]
+        return SimulatedTrial(seconds=seconds, rung_perplexities=rungs, final=final, n_params=n_params)
+
+
+def rung_report(plan: SimulatedTrial, rung: int, fraction: float) -> dict[str, Any]:
+    """What a worker reports at a rung (``execution.RungReporter``), for a simulated trial."""
+    return {
+        "val_perplexity": plan.rung_perplexities[rung],
+        "n_params": plan.n_params,
+        RUNG_KEY: rung,
+        "finetune_step": round(fraction * plan.finetune_steps),
+        "finetune_steps": plan.finetune_steps,
+        "cpu_seconds": fraction * plan.seconds,
+        "rung_tokens": 0,
+    }
+
+
+def replay_on_worker(config: dict[str, Any], trial_model: TrialModel, rungs: tuple[float, ...] = ()) -> None:
+    """A Ray Tune trainable that trains nothing: it reports at once the rungs and the result
+    ``trial_model`` draws for the trial (seeded by its number). Run through the real
+    ``runner.TuneExecutor``, it measures what Ray Tune itself costs per trial, which the
+    simulator does not see (``bench.driver --calibrate``)."""
+    from ray import tune
+
+    plan = trial_model(config, random.Random(config["optuna_trial"]))
+    if config["hparams"]["method"] != "dense":
+        for rung, fraction in enumerate(rungs[: len(plan.rung_perplexities)]):
+            tune.report(rung_report(plan, rung, fraction))
+    tune.report(plan.final)
