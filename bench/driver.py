@@ -166,6 +166,7 @@ def _run(url: str, sizes: list[int], in_flight: int, seed: int, on_tune: bool = 
                 )
             else:
                 executor = SimulatedExecutor(trial_model, in_flight=in_flight, rungs=rungs, seed=seed)
+                executor.timings = driver.timings  # its own work and the rung decisions, apart
             windows = _measure(driver, scheduler, executor, probe, sizes)
             table = sorted(_key(r) for r in read_frontier(store, opts.study_name))
             brute_force = sorted(_key(r) for r in front_rows(driver.study))  # from every COMPLETE trial
@@ -212,8 +213,6 @@ def _measure(driver, scheduler, executor, probe: Probe, sizes: list[int]) -> lis
             readings[driver.n_finished] = (time.perf_counter(), probe.cpu(), seconds, probe.statements)
 
     driver.on_finished = on_finished
-    if isinstance(executor, SimulatedExecutor):
-        executor.timings = driver.timings  # its own work and the rung decisions, apart
     executor.run(driver, scheduler)  # on Tune, its controller and the rung decisions are in "total"
     windows = []
     for i, size in enumerate(sizes):
