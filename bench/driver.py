@@ -1,18 +1,24 @@
 """Does the driver keep up with a large study? The real driver on a simulated cluster.
 
-    python -m bench.driver            # PostgreSQL to 10,000 trials, SQLite beside it to 1,000
-    python -m bench.driver --quick    # a few hundred trials on SQLite (what the tests run)
+    python -m bench.driver              # PostgreSQL to 10,000 trials, SQLite beside it to 1,000
+    python -m bench.driver --quick      # a few hundred trials on SQLite (what the tests run)
+    python -m bench.driver --calibrate  # the simulator against Ray Tune at 100 and 1,000 trials
 
 256 trials in flight on ``simulation.SimulatedExecutor``: no training and no Ray, the real
 driver, study, sampler (TPE, the default study's), early stopping, warm starts, frontier table
-and lease, on a real database. Trials are drawn from measured ones (``MeasuredTrials``). At
+and lease, on a real database. Trials are drawn from measured ones (``MeasuredTrials``); the
+study asks 512 trials past the last size, so the sampler still asks when it is measured. At
 100, 1,000 and 10,000 finished trials it reports, over the window of trials that finished just
 before: finished trials per second of wall time; CPU milliseconds per finished trial of the
 driver's process (all threads) plus the database server's, split into the sampler's ask, rung
 decisions and bookkeeping (``driver_ms_per_trial`` is the last two); database statements per
-trial; how many trials started the same (method, size) as one already running (with 256 in
-flight, is TPE's ``constant_liar`` needed?). At the end the frontier table must equal the
-front recomputed from every trial (``front_ok``).
+trial; how many trials started the same (method, size) as one already running, or identical
+to one (with 256 in flight, is TPE's ``constant_liar`` needed?). At the end the frontier table
+must equal the front recomputed from every trial (``front_ok``). Progress lines go to stderr.
+
+``--calibrate`` runs the same study on Ray Tune (``runner.TuneExecutor`` with trials that train
+nothing, ``simulation.replay_on_worker``, 16 in flight on 2 CPUs) and on the simulator: what
+Tune's controller costs the driver's process, which the simulator does not see.
 
 Targets (issue 45): at 10,000 trials on PostgreSQL, >= 10 finished trials per second with the
 ask included; driver ms per trial (ask excluded) <= 20 and <= 1.5x its value at 100.
