@@ -185,7 +185,8 @@ def _run(url: str, sizes: list[int], in_flight: int, seed: int, on_tune: bool = 
         "windows": windows,
         "front_ok": bool(table) and table == brute_force,
         "finished": len(finished),
-        "numbers_unique": len({t.number for t in trials}) == len(trials),
+        # every trial the driver started was told: none left RUNNING or WAITING
+        "none_left_running": not any(t.state.name in ("RUNNING", "WAITING") for t in trials),
         "stopped_at_rung": sum(t.state.name == "PRUNED" for t in trials),
         "warm_started": sum("warm_start_from" in t.user_attrs for t in trials),
         **(

@@ -541,9 +541,9 @@ def package_versions() -> dict[str, str]:
 
 class AfterTrial:
     """After every finished trial: the frontier table's change, the dashboard's note, one
-    progress line. The note is written again when the front changed, or at most every
-    ``NOTE_SECONDS`` for its counts, so that it costs nothing per trial in a long study; the
-    run writes it once more at its end."""
+    progress line. The note is written again when the front changed or, for its counts, once
+    ``NOTE_SECONDS`` have passed since it was written, so that a long study does not rewrite it
+    after every trial; the run writes it once more at its end."""
 
     NOTE_SECONDS = 30.0
 
