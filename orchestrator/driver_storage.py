@@ -103,8 +103,13 @@ class DriverStorage(BaseStorage):
         trials = self._studies[study_id]
         if trial.number == len(trials):
             trials.append(trial)
-        else:
+        elif trial.number < len(trials):
             trials[trial.number] = trial
+        else:  # Optuna numbers a study's trials 0, 1, 2, ... as they are made, all by this driver
+            raise RuntimeError(
+                f"trial {trial.number} of study {study_id} appeared after trial {len(trials) - 1}: "
+                "another process made trials in the study its driver holds"
+            )
         self._trial[trial_id] = trial
         self._ids[trial_id] = (study_id, trial.number)
         self._number_ids[(study_id, trial.number)] = trial_id
