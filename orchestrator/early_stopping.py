@@ -147,15 +147,15 @@ class RungRanking:
             self._insert([self._entry(key)], self._rank_for(self.points[key]))
 
     @staticmethod
-    def _dominated_by(staircase: list, point: Point) -> bool:
-        """Some entry of a staircase dominates ``point``: the one with the most parameters not
-        above the point's has the lowest perplexity of those that could."""
-        ppl, params = point
-        i = bisect.bisect_right(staircase, (params, math.inf))
+    def _dominated_by(staircase: list, point: Point, margin: float = 0.0) -> bool:
+        """Some entry of a staircase dominates ``point``, its perplexity raised by ``margin``
+        (relative) first: the one with the most parameters not above the point's has the lowest
+        perplexity of those that could."""
+        i = bisect.bisect_right(staircase, (point[1], math.inf))
         if not i:
             return False
         best_params, best_ppl = staircase[i - 1][0], -staircase[i - 1][1]
-        return best_ppl < ppl or (best_ppl == ppl and best_params < params)
+        return dominates((best_ppl * (1 + margin), best_params), point)
 
     def _rank_for(self, point: Point) -> int:
         low, high = 0, len(self.ranks)  # the first rank that does not dominate the point
@@ -199,13 +199,8 @@ class RungRanking:
         """Another point at least as small is better, its perplexity raised by ``margin``
         (relative) first (``goes_on_batch``, the rule written plainly). Only the rung's front
         can: whatever beats the point, a front point at least as good in both does too."""
-        ppl, params = self.points[key]
-        front = [e for e in self.ranks[0] if e[3] != key]
-        i = bisect.bisect_right(front, (params, math.inf))
-        if not i:
-            return False
-        best_params, best_ppl = front[i - 1][0], -front[i - 1][1]
-        return dominates((best_ppl * (1 + margin), best_params), (ppl, params))
+        others = [e for e in self.ranks[0] if e[3] != key]
+        return self._dominated_by(others, self.points[key], margin)
 
 
 class ParetoHalving:

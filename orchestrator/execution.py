@@ -52,9 +52,20 @@ from trainers.trial import (
 
 RESULT_KEY = "trial_result"  # the whole TrialResult, as JSON, beside the two objectives
 ERROR_KEY = "trial_error"  # a deterministic failure, reported as a result so Tune does not retry it
-FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-RUNNING = optuna.trial.TrialState.RUNNING
 CONTROL_NOTE = "nothing sampled: values the study file fixes as set, searched ones at their defaults"
+
+
+def rung_result(report: RungReport) -> dict[str, Any]:
+    """A rung report as Tune's result: what the scheduler and ``StudyDriver.note_rung`` read."""
+    return {
+        "val_perplexity": report.val_perplexity,
+        "n_params": report.n_params,
+        RUNG_KEY: report.rung,
+        "finetune_step": report.step,
+        "finetune_steps": report.steps,
+        "cpu_seconds": report.cpu_seconds,
+        "rung_tokens": report.tokens,
+    }
 
 
 class RungReporter:
@@ -66,17 +77,7 @@ class RungReporter:
 
     def __call__(self, report: RungReport) -> None:
         try:
-            tune.report(
-                {
-                    "val_perplexity": report.val_perplexity,
-                    "n_params": report.n_params,
-                    RUNG_KEY: report.rung,
-                    "finetune_step": report.step,
-                    "finetune_steps": report.steps,
-                    "cpu_seconds": report.cpu_seconds,
-                    "rung_tokens": report.tokens,
-                }
-            )
+            tune.report(rung_result(report))
         except BaseException:
             self.tune_raised = True
             raise
@@ -251,7 +252,7 @@ class StudyDriver:
         self.attach_model = attach_model
         self.clock = clock  # wall seconds of a trial: a simulation's virtual clock
         self.models_dir = str(models_dir)  # <artifacts>/trials/<storage.models_folder>: a folder per trial
-        finished = [t for t in trials.all() if t.state in FINISHED]
+        finished = [trials.trial(n) for n in trials.finished]
         self.n_finished = len(finished)  # COMPLETE and PRUNED: what --n-trials counts, as Optuna's optimize
         # With a budget of trial CPU seconds (benchmarks at equal compute), no trial starts once
         # the finished ones' CPU time adds up to it.

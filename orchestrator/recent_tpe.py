@@ -26,8 +26,6 @@ from orchestrator.proposals import inside, quiet_optuna
 from orchestrator.search_space import SearchSpace
 from orchestrator.study_trials import StudyTrials
 
-DEFAULT_WINDOW = 1000
-
 
 def as_model_trial(trial: FrozenTrial) -> FrozenTrial:
     """A finished trial as the in-memory study holds it: its state, values and parameters."""

@@ -36,7 +36,6 @@ from orchestrator.driver_storage import DriverStorage
 from orchestrator.early_stopping import ParetoHalving, ParetoHalvingScheduler
 from orchestrator.errors import UserError
 from orchestrator.execution import (
-    FINISHED,
     Proposer,
     RunStopper,
     Stoppable,
@@ -81,7 +80,7 @@ from orchestrator.storage import (
     sqlite_database,
     study_exists,
 )
-from orchestrator.study_trials import StudyTrials
+from orchestrator.study_trials import FINISHED, StudyTrials
 from trainers.data import Corpus, CorpusError, rung_windows
 from trainers.export import WEIGHTS, CorruptModel, read_config
 from trainers.families import FamilyConfig
@@ -478,13 +477,13 @@ def _run_leased(
             cfg, opts, driver, TrialSetup(corpus, dense, cfg.budget, cfg.study.seed), dense_ref(opts, dense)
         )
         lease.check()  # a driver that lost the study writes no front: the holder does
+        save_note(study, study_front_note(study, replicated(store, study)))  # its counts, current
         if driver.interrupted_by is not None:
             _wind_down(store, study, driver)
     else:
         say(f"study already holds {driver.n_finished} finished trials (asked for {opts.n_trials})")
 
     rows = refresh_frontier(store, study)
-    save_note(study, study_front_note(study, replicated(store, study)))
     if not rows:
         failure = last_failure(study.get_trials(deepcopy=False))
         cause = f"; the last failure: trial {failure[0]}: {failure[1]}" if failure else ""

@@ -29,7 +29,6 @@ from typing import Any
 from ray.tune.schedulers import TrialScheduler
 from ray.tune.search import Searcher
 
-from orchestrator.early_stopping import RUNG_KEY
 from orchestrator.execution import (
     RESULT_KEY,
     DriverTimings,
@@ -37,9 +36,10 @@ from orchestrator.execution import (
     StudyCallback,
     StudyDriver,
     StudySearcher,
+    rung_result,
 )
 from trainers.gates import heads_to_keep
-from trainers.trial import TrialResult
+from trainers.trial import RungReport, TrialResult
 
 
 @dataclass
@@ -211,16 +211,17 @@ class MeasuredTrials:
 
 
 def rung_report(plan: SimulatedTrial, rung: int, fraction: float) -> dict[str, Any]:
-    """What a worker reports at a rung (``execution.RungReporter``), for a simulated trial."""
-    return {
-        "val_perplexity": plan.rung_perplexities[rung],
-        "n_params": plan.n_params,
-        RUNG_KEY: rung,
-        "finetune_step": round(fraction * plan.finetune_steps),
-        "finetune_steps": plan.finetune_steps,
-        "cpu_seconds": fraction * plan.seconds,
-        "rung_tokens": 0,
-    }
+    """What a worker reports at a rung (``execution.rung_result``), for a simulated trial."""
+    return rung_result(
+        RungReport(
+            rung=rung,
+            step=round(fraction * plan.finetune_steps),
+            steps=plan.finetune_steps,
+            val_perplexity=plan.rung_perplexities[rung],
+            n_params=plan.n_params,
+            cpu_seconds=fraction * plan.seconds,
+        )
+    )
 
 
 def replay_on_worker(config: dict[str, Any], trial_model: TrialModel, rungs: tuple[float, ...] = ()) -> None:
