@@ -1,7 +1,7 @@
 """The default study's front against what a user would get without it, at equal compute.
 
-    python -m bench.frontier --seeds 3 --budget-minutes 25 [--arms searched,random,...]
-                             [--set trial.finetune_steps=300 ...]
+    python -m bench.frontier --seeds 3 --budget-minutes 25 [--arms searched,iterative,...]
+                             [--study studies/python_code.toml] [--set trial.finetune_steps=300 ...]
 
 Every arm of one seed starts from the same dense checkpoint and spends the same budget of trial
 CPU time (``--budget-minutes`` of CPU, one trial at a time with the study's threads; CPU time,
@@ -34,7 +34,20 @@ The arms:
   [10, 150] unless given), the sparsity being what lambda gives, the other knobs as the sweeps';
 - ``plain_tune``: Ray Tune with its ``OptunaSearch`` (TPE on both objectives, seeded) over the
   same search space, no early stopping, no dense control, no start-up spread: a user's own
-  search.
+  search;
+- ``iterative``: gradual pruning without a search (Zhu & Gupta 2017): a schedule fixed before the
+  run, each step pruning the previous step's model (warm starts) further, with the start-up's
+  method and knobs and the same trial budget. A chain visits the start-up's sparsities (as many
+  as the searched arm's start-up has, the same values) from the lowest to the highest; a budget
+  left after a chain starts the next one from the dense model, over the spread's next values.
+  It differs from the searched arm (warm starts on) by the search alone.
+
+Every figure is selected by validation and reported on the test split (``--study``'s corpus has
+one; a study file without one reports validation, and says so): an arm's front is its points
+non-dominated by validation perplexity, its hypervolume and ratios are theirs on test. Each ratio
+is given twice: against the dense control, and against the point's matched reference, the dense
+model trained along the point's lineage (``trainers/reference.py``; ``--no-reference`` skips it),
+so that a lead made of more training shows as one.
 
 Each seed also runs the dense control once (nothing sampled, as the study's trial 0). Every
 arm's front holds it and every arm pays for it: the searched arm runs its own, the others share
@@ -69,17 +82,19 @@ from ray.tune.stopper import Stopper
 
 from bench.common import print_json, print_table
 from orchestrator.config import SAMPLERS, load_study_config
+from orchestrator.frontier import pareto_front
 from orchestrator.report import normalised_hypervolume
 from orchestrator.runner import RunOptions, prepare_inputs, run_study, startup_trials, study_dense_checkpoint
 from orchestrator.search_space import Range, SearchSpace
 from trainers.gates import heads_to_keep
 from trainers.hparams import TrialHParams
+from trainers.reference import MatchedReference
 from trainers.trial import TrialSetup, run_trial
 
 REPO = Path(__file__).resolve().parent.parent
 STUDY = REPO / "studies" / "tinyshakespeare.toml"
 SWEEPS = ("random", "importance", "l0_target", "topk")  # one method over the sparsity spread
-ARMS = ("searched", *SWEEPS, "l0_penalty", "plain_tune")
+ARMS = ("searched", "iterative", *SWEEPS, "l0_penalty", "plain_tune")
 # The l0_penalty sweep's lambdas: with the sweeps' distillation and 50 gate steps (3 seeds;
 # BENCHMARKS.md, "Shim's l0_penalty with distillation") lambda 10-14 removes 9-19% of the heads,
 # 45-70 removes 56-78% and 100-150 removes 72-88% (on two seeds of three nearly every such trial
@@ -99,14 +114,19 @@ def point(result, hparams: dict) -> dict:
         "method": result.method,
         "sparsity": result.sparsity,
         "ppl": result.val_perplexity,
+        "test_ppl": result.test_perplexity,
         "params": result.n_params,
         "seconds": result.cpu_seconds,
         "hparams": hparams,
+        "lineage": result.lineage,
     }
 
 
-def timed_trial(setup: TrialSetup, hp: TrialHParams) -> dict:
-    return point(run_trial(setup, hp), hp.to_dict())
+POINT_KEYS = ("method", "sparsity", "ppl", "test_ppl", "params", "seconds", "hparams", "lineage")
+
+
+def timed_trial(setup: TrialSetup, hp: TrialHParams, **run) -> dict:
+    return point(run_trial(setup, hp, **run), hp.to_dict())
 
 
 def searched_arm(cfg, seed: int, budget_s: float, artifacts: Path, startup: int, sampler: str) -> list[dict]:
@@ -139,9 +159,11 @@ def study_points(study: optuna.Study) -> list[dict]:
                     "method": t.user_attrs["method"],
                     "sparsity": t.user_attrs["sparsity"],
                     "ppl": t.values[0],
+                    "test_ppl": t.user_attrs.get("test_perplexity"),
                     "params": int(t.values[1]),
                     "seconds": t.user_attrs["cpu_seconds"],
                     "hparams": t.user_attrs["hparams"],
+                    "lineage": t.user_attrs.get("lineage"),
                 }
             )
         else:
@@ -210,6 +232,50 @@ def sweep_arm(setup: TrialSetup, hparams_at, budget_s: float, dense: dict, run=t
     return points
 
 
+def iterative_arm(
+    setup: TrialSetup,
+    space: SearchSpace,
+    chain: int,
+    budget_s: float,
+    dense: dict,
+    folder: Path,
+    max_steps: int | None = None,
+) -> list[dict]:
+    """Gradual pruning on a fixed schedule: chains of ``chain`` steps over the start-up's
+    sparsities (the ``k``-th chain the spread's values ``k * chain`` to ``(k + 1) * chain - 1``,
+    lowest first), each step warm-started from the previous one's model, with the start-up's
+    method and knobs, until the budget is spent (the dense control's CPU time included). A step
+    that would remove nothing (the spread's next value keeps as many heads as the previous step's
+    model) is passed over: it is not run and costs nothing. ``max_steps``: at most so many steps
+    of the schedule (a test's bound)."""
+    method = space.startup_methods()[0]
+    points, spent, step = [dense], dense["seconds"], 0
+    while spent < budget_s and (max_steps is None or step < max_steps):
+        first = (step // chain) * chain
+        schedule = sorted(range(first, first + chain), key=lambda i: space.start_sparsity(i))
+        parent = None
+        for index in schedule:
+            if spent >= budget_s or (max_steps is not None and step >= max_steps):
+                break
+            hp = sweep_hparams(space, method, index)
+            save_dir = folder / f"step{step}"
+            step += 1
+            try:
+                p = timed_trial(setup, hp, save_dir=save_dir, parent=parent)
+            except ValueError as err:  # the parent keeps no more heads than this target
+                print(f"    step {step - 1}: passed over ({err})", flush=True)
+                continue
+            parent = save_dir
+            points.append(p)
+            spent += p["seconds"]
+            print(
+                f"    {p['method']} sparsity {p['sparsity']:.3f}: ppl {p['ppl']:.3f} after "
+                f"{p['lineage'] and len(p['lineage'])} steps of the chain ({spent:.0f}s)",
+                flush=True,
+            )
+    return points
+
+
 class DefineByRun:
     """OptunaSearch's space: the study's own suggest, conditions included. A module-level class,
     since Tune pickles its searcher (and stopper) into the experiment folder."""
@@ -236,9 +302,7 @@ class TrialTimeBudget(Stopper):
         if "ppl" in result and trial_id not in self.counted:
             self.counted.add(trial_id)
             self.spent += result["seconds"]
-            self.points.append(
-                {k: result[k] for k in ("method", "sparsity", "ppl", "params", "seconds", "hparams")}
-            )
+            self.points.append({k: result[k] for k in POINT_KEYS})
         return False
 
     def stop_all(self) -> bool:
@@ -278,19 +342,55 @@ def plain_tune_arm(cfg, setup: TrialSetup, seed: int, budget_s: float) -> list[d
         ray.shutdown()
 
 
+def reported(p: dict) -> float:
+    """What a point reports: its test perplexity, its validation one where the corpus (or a run
+    saved before test splits) has no test split."""
+    return p["test_ppl"] if p.get("test_ppl") is not None else p["ppl"]
+
+
+def best_by_validation(points: list[dict], removed: float) -> dict | None:
+    """The finished point with at least ``removed`` of the heads gone that validation picks
+    (stopped trials have no point)."""
+    found = [p for p in points if "ppl" in p and p["sparsity"] >= removed - 1e-9]
+    return min(found, key=lambda p: p["ppl"]) if found else None
+
+
 def best_ratio(points: list[dict], dense: dict, removed: float) -> float | None:
-    """The best perplexity / dense among the finished points with at least ``removed`` of the
-    heads gone (stopped trials have no point)."""
-    found = [p["ppl"] for p in points if "ppl" in p and p["sparsity"] >= removed - 1e-9]
-    return min(found) / dense["ppl"] if found else None
+    """``best_by_validation``'s reported perplexity / the dense control's."""
+    best = best_by_validation(points, removed)
+    return reported(best) / reported(dense) if best else None
+
+
+def reference_ratio(points: list[dict], removed: float) -> float | None:
+    """``best_by_validation``'s reported perplexity / its matched reference's (``add_references``);
+    None where it has none."""
+    best = best_by_validation(points, removed)
+    reference = best.get("reference") if best else None
+    if not reference:
+        return None
+    theirs = reference["test_perplexity"] if best.get("test_ppl") is not None else reference["val_perplexity"]
+    return reported(best) / theirs
+
+
+def add_references(points: list[dict], replay: MatchedReference) -> None:
+    """Each point a ratio is read from (``best_by_validation`` at 50% and 75%) gets its matched
+    reference (``trainers/reference.py``), kept in the point: a run saved with them merges with
+    them. A point without a recorded lineage gets none."""
+    for removed in (0.5, 0.75):
+        best = best_by_validation(points, removed)
+        if best and best.get("lineage") and "reference" not in best:
+            best["reference"] = replay.score(best["lineage"]).to_dict()
 
 
 def summarise(points: list[dict], dense: dict) -> dict:
     seconds = sum(p["seconds"] for p in points)
     return {
         "hypervolume": hypervolume_within(points, dense, math.inf),
+        "hypervolume_val": hypervolume_within(points, dense, math.inf, score=lambda p: p["ppl"]),
         "ppl_ratio_50": best_ratio(points, dense, 0.5),
         "ppl_ratio_75": best_ratio(points, dense, 0.75),
+        "reference_ratio_50": reference_ratio(points, 0.5),
+        "reference_ratio_75": reference_ratio(points, 0.75),
         "trials": len(points),
         "complete": sum("ppl" in p for p in points),
         "minutes": seconds / 60,
@@ -298,12 +398,16 @@ def summarise(points: list[dict], dense: dict) -> dict:
     }
 
 
-def hypervolume_within(points: list[dict], dense: dict, seconds: float) -> float:
+def hypervolume_within(points: list[dict], dense: dict, seconds: float, score=reported) -> float:
     """The hypervolume of the arm's first trials, in the order they ran, whose CPU time adds up
     to at most ``seconds``: what the arm had found at that part of the budget. One run so shows
-    at which budget one arm passes another (both measured side by side, not in separate runs)."""
-    found = [(p["ppl"], p["params"]) for p in ended_within(points, seconds) if "ppl" in p]
-    return normalised_hypervolume(found, (dense["ppl"], dense["params"]))
+    at which budget one arm passes another (both measured side by side, not in separate runs).
+    The front is chosen by validation and scored by ``score`` (default: on the test split,
+    ``reported``), against the dense control scored the same way."""
+    finished = [p for p in ended_within(points, seconds) if "ppl" in p]
+    chosen = pareto_front(finished, key=lambda p: (p["ppl"], p["params"]))
+    found = [(score(p), p["params"]) for p in chosen]
+    return normalised_hypervolume(found, (score(dense), dense["params"]))
 
 
 def mean_and_range(values: list[float | None]) -> str:
@@ -318,7 +422,14 @@ def mean_and_range(values: list[float | None]) -> str:
 
 
 def run_seed(
-    cfg, seed: int, arms: list[str], budget_s: float, artifacts: Path, inputs, lambda_range=LAMBDA_RANGE
+    cfg,
+    seed: int,
+    arms: list[str],
+    budget_s: float,
+    artifacts: Path,
+    inputs,
+    lambda_range=LAMBDA_RANGE,
+    references: bool = True,
 ) -> dict:
     corpus, checkpoint = inputs
     setup = TrialSetup(corpus, checkpoint, cfg.budget, seed)
@@ -347,22 +458,39 @@ def run_seed(
             found[arm] = sweep_arm(setup, lambdas, budget_s, dense)
         elif arm == "plain_tune":
             found[arm] = [dense, *plain_tune_arm(cfg, setup, seed, budget_s - dense["seconds"])]
+        elif arm == "iterative":
+            with tempfile.TemporaryDirectory(dir=artifacts) as chain_dir:
+                found[arm] = iterative_arm(setup, space, startup, budget_s, dense, Path(chain_dir))
+    if references:  # one replay per seed: the arms' lineages share their prefixes
+        print(f"  seed {seed}: matched references", flush=True)
+        replay = MatchedReference(setup)
+        for points in found.values():
+            add_references(points, replay)
     return {"seed": seed, "dense": dense, "arms": found}
 
 
 def report(per_seed: list[dict], budget_minutes: float, cpus_per_trial: float) -> None:
     """Per-seed tables, then mean [min, max] over the seeds, then the targets."""
     arms = list(per_seed[0]["arms"])
+    split = "test" if all(seed["dense"].get("test_ppl") is not None for seed in per_seed) else "validation"
+    print(
+        f"fronts chosen by validation, scored on the {split} split"
+        + ("" if split == "test" else " (no test split: the split the arms selected on)"),
+        flush=True,
+    )
     for seed in per_seed:
         seed["summary"] = {arm: summarise(points, seed["dense"]) for arm, points in seed["arms"].items()}
         print_table(
             f"seed {seed['seed']}, {budget_minutes:.3g} CPU-min of trials per arm "
-            f"(dense control ppl {seed['dense']['ppl']:.3f})",
+            f"(dense control {split} ppl {reported(seed['dense']):.3f})",
             [
                 "arm",
                 "hypervolume",
-                ">= 50% removed",
-                ">= 75% removed",
+                "(validation)",
+                ">= 50% removed: / dense",
+                "/ matched",
+                ">= 75% removed: / dense",
+                "/ matched",
                 "trials (complete)",
                 "CPU-min",
                 "per CPU-h",
@@ -371,8 +499,11 @@ def report(per_seed: list[dict], budget_minutes: float, cpus_per_trial: float) -
                 [
                     arm,
                     f"{s['hypervolume']:.4f}",
+                    f"{s['hypervolume_val']:.4f}",
                     mean_and_range([s["ppl_ratio_50"]]),
+                    mean_and_range([s["reference_ratio_50"]]),
                     mean_and_range([s["ppl_ratio_75"]]),
+                    mean_and_range([s["reference_ratio_75"]]),
                     f"{s['trials']} ({s['complete']})",
                     f"{s['minutes']:.1f}",
                     f"{s['trials_per_cpu_hour']:.0f}",
@@ -386,13 +517,25 @@ def report(per_seed: list[dict], budget_minutes: float, cpus_per_trial: float) -
 
     print_table(
         f"mean [min, max] over {len(per_seed)} seed(s), {budget_minutes:.3g} CPU-min per arm and seed",
-        ["arm", "hypervolume", "best ppl / dense, >= 50% removed", ">= 75% removed", "trials/CPU-h"],
+        [
+            "arm",
+            f"hypervolume ({split})",
+            "(validation)",
+            ">= 50% removed: / dense",
+            "/ matched",
+            ">= 75% removed: / dense",
+            "/ matched",
+            "trials/CPU-h",
+        ],
         [
             [
                 arm,
                 mean_and_range(column(arm, "hypervolume")),
+                mean_and_range(column(arm, "hypervolume_val")),
                 mean_and_range(column(arm, "ppl_ratio_50")),
+                mean_and_range(column(arm, "reference_ratio_50")),
                 mean_and_range(column(arm, "ppl_ratio_75")),
+                mean_and_range(column(arm, "reference_ratio_75")),
                 f"{statistics.mean(column(arm, 'trials_per_cpu_hour')):.0f}",
             ]
             for arm in arms
@@ -437,7 +580,12 @@ def report(per_seed: list[dict], budget_minutes: float, cpus_per_trial: float) -
         wins = [sum(d > TIE for d in lead) for lead in leads]
         ties = [sum(abs(d) <= TIE for d in lead) for lead in leads]
         enough = all(w >= math.ceil(2 * len(per_seed) / 3) for w in wins)
-        r50, r75 = column(candidate, "ppl_ratio_50"), column(candidate, "ppl_ratio_75")
+        # Against the matched references where the run has them (the yardstick for a lineage's
+        # extra training), else against the dense control.
+        ratios = column(candidate, "reference_ratio_50") + column(candidate, "reference_ratio_75")
+        prefix = "reference_ratio" if all(r is not None for r in ratios) else "ppl_ratio"
+        yardstick = "the matched reference" if prefix == "reference_ratio" else "the dense control"
+        r50, r75 = column(candidate, f"{prefix}_50"), column(candidate, f"{prefix}_75")
         # With no arm but searched ones, "beats every other arm" would hold of nothing: say so, not "met".
         hypervolume = (
             f"hypervolume beats every other arm on the mean: {'met' if on_mean else 'not met'}; "
@@ -448,9 +596,15 @@ def report(per_seed: list[dict], budget_minutes: float, cpus_per_trial: float) -
         )
         print(
             f"targets: {candidate} {hypervolume}; "
-            f"50% removed within 2%: {'met' if all(r and r <= 1.02 for r in r50) else 'not met'}; "
-            f"75% removed within 10%: {'met' if all(r and r <= 1.10 for r in r75) else 'not met'}"
+            f"50% removed within 2% of {yardstick}: {met(r50, 1.02)}; "
+            f"75% removed within 10%: {met(r75, 1.10)} "
+            f"(on the {split} split)"
         )
+
+
+def met(ratios: list[float | None], at_most: float) -> str:
+    """ "met" when every seed's ratio is known and at most ``at_most``."""
+    return "met" if all(r is not None and r <= at_most for r in ratios) else "not met"
 
 
 # Student's t, two-sided 95%, by degrees of freedom (seeds - 1); past 30, 2.0 (t at 60 df; from 31
@@ -631,6 +785,12 @@ def main() -> None:
         help="the l0_penalty arm's lambda range (default %(default)s)",
     )
     parser.add_argument("--set", action="append", default=[], help="a study-file override, as the CLI's")
+    parser.add_argument("--study", type=Path, default=STUDY, help="the study file (default: %(default)s)")
+    parser.add_argument(
+        "--no-reference",
+        action="store_true",
+        help="skip the matched references (the dense model replaying each ratio's point's lineage)",
+    )
     parser.add_argument("--artifacts", type=Path, default=REPO / "runs" / "artifacts")
     parser.add_argument("--save", type=Path, help="also write the per-seed points here (JSON)")
     parser.add_argument(
@@ -664,7 +824,7 @@ def main() -> None:
         raise SystemExit(f"unknown arm(s) {', '.join(unknown)}; choose from {', '.join(sorted(known))}")
     seeds = [int(s) for s in args.seed_list.split(",")] if args.seed_list else list(range(args.seeds))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    cfg = load_study_config(STUDY, args.set)
+    cfg = load_study_config(args.study, args.set)
     artifacts = args.artifacts.resolve()
     corpus, model_cfg = prepare_inputs(cfg)
     checkpoint = study_dense_checkpoint(cfg, corpus, model_cfg, artifacts)
@@ -673,7 +833,10 @@ def main() -> None:
         args.budget_minutes = 25.0
     budget_s = args.budget_minutes * 60
     inputs, lambdas = (corpus, checkpoint), tuple(args.l0_lambda)
-    per_seed = [run_seed(cfg, seed, arms, budget_s, artifacts, inputs, lambdas) for seed in seeds]
+    per_seed = [
+        run_seed(cfg, seed, arms, budget_s, artifacts, inputs, lambdas, not args.no_reference)
+        for seed in seeds
+    ]
     if args.label:
         per_seed = labelled(per_seed, args.label)
     payload = {"budget_minutes": args.budget_minutes, "cpus_per_trial": cfg.study.cpus_per_trial}

@@ -28,6 +28,7 @@ class _Parser(argparse.ArgumentParser):
 EXAMPLES = {
     "run": "launch-study run studies/tinyshakespeare.toml --n-trials 30 --set trial.prune_steps=150",
     "replicate": "launch-study replicate studies/tinyshakespeare.toml --seeds 2",
+    "reference": "launch-study reference studies/tinyshakespeare.toml",
     "export": "launch-study export --study-name tinyshakespeare --format json > front.json",
     "status": "launch-study status --study-name tinyshakespeare",
     "export-model": "launch-study export-model --study-name tinyshakespeare --trial 12 --output model12",
@@ -80,6 +81,36 @@ def _build_parser() -> argparse.ArgumentParser:
         help="seeds besides the study's own (default: 2); a rerun adds what is missing",
     )
     _trial_run_arguments(replicate)
+
+    reference = command(
+        "reference",
+        "give each point of a study's front a matched dense reference: the dense model trained "
+        "along the point's warm-start lineage (same learning rates and steps), at its best "
+        "validation checkpoint within them; the Pareto CSV and status then show both ratios",
+    )
+    reference.add_argument(
+        "study_file", type=Path, help="the study file (and --set values) the study ran with"
+    )
+    reference.add_argument(
+        "--eval-every",
+        type=int,
+        default=50,
+        help="steps between the replay's validation checkpoints (default: 50)",
+    )
+    _storage_argument(reference)
+    reference.add_argument("--study-name", help="default: [study] name")
+    reference.add_argument(
+        "--artifacts", help="the study's --artifacts (default: [study] artifacts, else runs/artifacts)"
+    )
+    reference.add_argument("--output", type=Path, help="Pareto CSV (default: runs/<study>_pareto.csv)")
+    reference.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="a value the study ran with, as run's --set",
+    )
 
     export = command("export", "write the Pareto front (or every trial) as CSV or JSON")
     _study_arguments(export)
@@ -192,10 +223,10 @@ def _study_and_options(args: argparse.Namespace, n_trials: int | None = None):
         storage=args.storage,
         study_name=args.study_name,
         n_trials=n_trials,
-        max_concurrent=_positive("--max-concurrent", args.max_concurrent),
+        max_concurrent=_positive("--max-concurrent", getattr(args, "max_concurrent", None)),
         artifacts=args.artifacts,
         output=args.output,
-        ray_address=args.ray_address,
+        ray_address=getattr(args, "ray_address", None),
     )
 
 
@@ -221,6 +252,17 @@ def _replicate(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    return 0
+
+
+def _reference(args: argparse.Namespace) -> int:
+    from orchestrator.references import matched_references
+
+    cfg, opts = _study_and_options(args)
+    summary = matched_references(cfg, opts, args.eval_every)
+    for line in summary.skipped:
+        print(f"launch-study: no reference for {line}", file=sys.stderr)
+    print(summary.csv)
     return 0
 
 
@@ -437,6 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         commands = {
             "run": _run,
             "replicate": _replicate,
+            "reference": _reference,
             "export": _export,
             "status": _status,
             "export-model": _export_model,

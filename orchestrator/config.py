@@ -101,24 +101,33 @@ class EarlyStopping:
         return fractions
 
 
+CORPUS_FILES = ("path", "train_path", "val_path", "test_path")  # [corpus]'s keys that name files
+
+
 @dataclass(frozen=True)
 class CorpusSettings:
-    """One text split contiguously, or separate train and validation files (paths relative to
-    the study file)."""
+    """One text split contiguously, or separate train, validation and test files (paths
+    relative to the study file). The test split is selected on by nothing: the study chooses on
+    validation and reports both (trainers/data.py)."""
 
     path: str = bounded("", kind=str)
     train_path: str = bounded("", kind=str)
     val_path: str = bounded("", kind=str)
+    test_path: str = bounded("", kind=str, doc="optional, with train_path and val_path")
     val_fraction: float = bounded(0.1, 0.0, 1.0, low_open=True, high_open=True)  # 0: nothing validates
+    test_fraction: float = bounded(
+        0.0, 0.0, 1.0, high_open=True, doc="the last part of path, after validation; 0: no test split"
+    )
     tokenizer: str = choice("char", KINDS, doc="char; bpe (trained on the training split); model (beside it)")
     vocab_size: int = bounded(1024, 257, doc="the BPE tokenizer's vocabulary (256 bytes + merges)")
 
     def load_kwargs(self, base: Path) -> dict[str, Any]:
         """Arguments for ``Corpus.load`` with paths resolved against ``base``."""
-        paths = {k: base / v for k in ("path", "train_path", "val_path") if (v := getattr(self, k))}
+        paths = {k: base / v for k in CORPUS_FILES if (v := getattr(self, k))}
         return {
             **paths,
             "val_fraction": self.val_fraction,
+            "test_fraction": self.test_fraction,
             "tokenizer": self.tokenizer,
             "vocab_size": self.vocab_size,
         }
@@ -231,6 +240,15 @@ def config_from_raw(path: Path, raw: dict[str, Any]) -> StudyConfig:
             f"{path}: [corpus] path and {given} both given: one file split (path), or two files "
             "(train_path and val_path), not both"
         )
+    if corpus["test_path"] and not corpus["train_path"]:
+        raise UserError(f"{path}: [corpus] test_path goes with train_path and val_path")
+    if corpus["test_fraction"] and not corpus["path"]:
+        raise UserError(f"{path}: [corpus] test_fraction splits path; with separate files give test_path")
+    held_out = corpus["val_fraction"] + corpus["test_fraction"]
+    if held_out >= 1.0:
+        raise UserError(
+            f"{path}: [corpus] val_fraction + test_fraction is {held_out:g}: nothing left to train on"
+        )
     model = _check_model(path, raw.get("model", {}), corpus)
     pretrain = _table(f"{path}: [pretrain]", raw.get("pretrain", {}), field_specs(PretrainConfig))
     # A user's model is the dense checkpoint as it is, unless [pretrain] asks for more training.
@@ -308,8 +326,12 @@ def measurement_settings(cfg: StudyConfig) -> dict[str, dict[str, Any]]:
     """What a trial's result depends on besides its hyperparameters, defaults filled in (a
     default written out is the default): ``MEASUREMENT_SECTIONS`` but ``EXECUTION_ONLY``, and
     ``[study] seed`` (every trial's batches)."""
+    corpus = asdict(cfg.corpus)
+    for key, unset in (("test_path", ""), ("test_fraction", 0.0)):  # as studies made before them
+        if corpus[key] == unset:
+            del corpus[key]
     resolved = {
-        "corpus": asdict(cfg.corpus),
+        "corpus": corpus,
         "model": dict(cfg.model),
         "pretrain": asdict(cfg.pretrain) if cfg.pretrain else {},
         "trial": asdict(cfg.budget),

@@ -14,7 +14,7 @@ from optuna.trial import FrozenTrial
 
 from orchestrator.errors import UserError
 from orchestrator.frontier import pareto_front
-from orchestrator.records import RESULT_COLUMNS, TrialRecord, measured_elsewhere
+from orchestrator.records import RESULT_COLUMNS, TrialRecord, measured_elsewhere, references_of
 from orchestrator.storage import ReplicateResult, StudyStore, complete_trials, front_rows, read_replicates
 from trainers.atomic import write_atomically
 
@@ -32,8 +32,32 @@ def study_table(store: StudyStore, study: optuna.Study, everything: bool = False
     frame = pd.DataFrame(rows)
     params = pd.DataFrame([json.loads(p) for p in frame["params"]]).add_prefix("params_")
     seeds = seed_columns(frame, replicated(store, study))
-    frame = pd.concat([frame[list(RESULT_COLUMNS)], seeds, params], axis=1)
+    frame = pd.concat([frame[list(RESULT_COLUMNS)], seeds, reference_columns(frame, study), params], axis=1)
     return frame.sort_values(["n_params", "val_perplexity", "trial_number"], ignore_index=True)
+
+
+def reference_columns(frame: pd.DataFrame, study: optuna.Study) -> pd.DataFrame:
+    """Per row, its matched dense reference (``launch-study reference``) where one is recorded:
+    the dense model's best test and validation perplexity within the point's lineage steps, and
+    the point's test perplexity over it (validation where the corpus has no test split)."""
+    references = references_of(study)
+    if not references:
+        return pd.DataFrame(index=frame.index)
+    found = [references.get(int(n), {}) for n in frame["trial_number"]]
+    test = [r.get("test_perplexity") for r in found]
+    val = [r.get("val_perplexity") for r in found]
+    mine = frame["test_perplexity"].where(frame["test_perplexity"].notna(), frame["val_perplexity"])
+    theirs = [t if t is not None else v for t, v in zip(test, val, strict=True)]
+    return pd.DataFrame(
+        {
+            "reference_test_perplexity": pd.array(test, dtype="Float64"),
+            "reference_val_perplexity": pd.array(val, dtype="Float64"),
+            "reference_ratio": pd.array(
+                [None if t is None else m / t for m, t in zip(mine, theirs, strict=True)], dtype="Float64"
+            ),
+        },
+        index=frame.index,
+    )
 
 
 class Replicated(NamedTuple):

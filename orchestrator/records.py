@@ -32,13 +32,17 @@ class TrialRecord:
     """A COMPLETE trial as the frontier table and the exports show it."""
 
     trial_number: int
-    val_perplexity: float
+    # The test split's perplexity, selected on by nothing (trainers/data.py): first, as the figure
+    # to report. None: a study whose corpus has no test split, or a trial of an earlier version.
+    test_perplexity: float | None
+    val_perplexity: float  # what the study selects on
     bits_per_byte: float | None  # None: a trial of an earlier version, which did not measure it
     n_params: int
     n_params_nonembed: int
     sparsity: float
     heads_per_layer: list[int]
     method: str
+    lineage_steps: int | None  # weight updates since the dense model, warm-start parents' included
     hparams: dict[str, Any]
 
     @classmethod
@@ -46,6 +50,7 @@ class TrialRecord:
         attrs = trial.user_attrs
         return cls(
             trial_number=trial.number,
+            test_perplexity=attrs.get("test_perplexity"),
             val_perplexity=trial.values[0],
             bits_per_byte=attrs.get("bits_per_byte"),
             n_params=int(trial.values[1]),
@@ -53,6 +58,7 @@ class TrialRecord:
             sparsity=float(attrs["sparsity"]),
             heads_per_layer=list(attrs["heads_per_layer"]),
             method=attrs["method"],
+            lineage_steps=attrs.get("lineage_steps"),
             hparams=dict(attrs["hparams"]),
         )
 
@@ -60,6 +66,7 @@ class TrialRecord:
         """The frontier table's columns (lists and the hyperparameters as JSON text)."""
         return {
             "trial_number": self.trial_number,
+            "test_perplexity": self.test_perplexity,
             "val_perplexity": self.val_perplexity,
             "bits_per_byte": self.bits_per_byte,
             "n_params": self.n_params,
@@ -67,8 +74,24 @@ class TrialRecord:
             "sparsity": self.sparsity,
             "heads_per_layer": json.dumps(self.heads_per_layer),
             "method": self.method,
+            "lineage_steps": self.lineage_steps,
             "params": json.dumps(self.hparams, sort_keys=True),
         }
+
+
+# The study's user attribute holding its matched dense references (``launch-study reference``,
+# orchestrator/references.py): {"setup": digest, "eval_every": n, "points": {trial number:
+# trainers.reference.ReferenceScore.to_dict()}}.
+REFERENCES_ATTR = "matched_references"
+
+
+def references_of(study) -> dict[int, dict]:
+    """The matched references recorded for the study's trials under its current setup (those
+    recorded before a run with other trial settings measured other points: none)."""
+    recorded = study.user_attrs.get(REFERENCES_ATTR) or {}
+    if recorded.get("setup") != study.user_attrs.get("setup"):
+        return {}
+    return {int(number): score for number, score in recorded.get("points", {}).items()}
 
 
 # What every export shows first, in this order; the hyperparameters follow, one column each.

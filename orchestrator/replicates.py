@@ -307,7 +307,7 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
                 f"study {opts.study_name!r} was run again with other settings meanwhile: run replicate again"
             )
         front, jobs = jobs_now()  # the front as it is now that no run can change it
-        trial_setup = _trial_setup(cfg, opts, study, corpus, model_cfg) if jobs else None
+        trial_setup = study_trial_setup(cfg, opts, study, corpus, model_cfg) if jobs else None
         if study.user_attrs.get("setup") is None:  # so that exports read these replicates back
             study.set_user_attr("setup", setup)
         on_front = {row["trial_number"] for row in front}
@@ -327,8 +327,11 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
     return ReplicateSummary(csv, run.failed if run else [])
 
 
-def _trial_setup(cfg: StudyConfig, opts: RunOptions, study: optuna.Study, corpus, model_cfg) -> TrialSetup:
-    """What every replicate shares: the corpus and the dense checkpoint the study pruned."""
+def study_trial_setup(
+    cfg: StudyConfig, opts: RunOptions, study: optuna.Study, corpus, model_cfg
+) -> TrialSetup:
+    """What every trial run again for a study shares (a replicate, a matched reference): the
+    corpus and the dense checkpoint the study pruned."""
     dense = study_dense_checkpoint(cfg, corpus, model_cfg, opts.artifacts, progress=PhaseProgress())
     pruned_from = study.user_attrs.get("dense_val_perplexity")
     if pruned_from is not None and not math.isclose(dense.val_perplexity, pruned_from, rel_tol=1e-6):

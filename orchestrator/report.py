@@ -6,6 +6,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import optuna
 import pandas as pd
@@ -14,7 +15,7 @@ from optuna.trial import FrozenTrial, TrialState
 from orchestrator.errors import UserError
 from orchestrator.export import Replicated, trials_over_seeds
 from orchestrator.frontier import hypervolume, pareto_front
-from orchestrator.records import TrialRecord, dense_control
+from orchestrator.records import TrialRecord, dense_control, references_of
 from trainers.atomic import write_atomically
 
 SPARSITY_BANDS = ((0.0, 0.0), (0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))
@@ -38,7 +39,7 @@ class StudyStatus:
     states: dict[str, int]
     target: int | None
     front_size: int
-    best_by_band: list[tuple[str, float, int, float | None]]  # (band, perplexity, trial, bits per byte)
+    best_by_band: list[BandBest]
     dense: tuple[float, int] | None
     hypervolume_history: list[float] = field(default_factory=list)
     elapsed_s: float = 0.0
@@ -50,6 +51,21 @@ class StudyStatus:
     stopped_budget_steps: int = 0  # fine-tuning steps they would have taken
     last_failure: tuple[int, str] | None = None  # (trial number, "Type: message")
     seed_spread: SeedSpread | None = None  # the front's replicates (launch-study replicate)
+
+
+class BandBest(NamedTuple):
+    """The trial of a sparsity band with the lowest validation perplexity (what the study
+    selects by), and what it scores where nothing selected: the test split, and its ratio to the
+    dense control's test score and to its matched reference's (``launch-study reference``)."""
+
+    band: str
+    val_perplexity: float
+    trial: int
+    bits_per_byte: float | None
+    test_perplexity: float | None  # None: no test split
+    lineage_steps: int | None
+    vs_control: float | None  # test (else validation) perplexity / the dense control's
+    vs_reference: float | None  # ... / its matched reference's; None: none recorded
 
 
 @dataclass
@@ -107,6 +123,7 @@ def study_status(study: optuna.Study, replicates: Replicated | None = None) -> S
         states[t.state.name] = states.get(t.state.name, 0) + 1
     done = sorted((t for t in trials if t.state == TrialState.COMPLETE), key=lambda t: t.datetime_complete)
     dense = dense_reference(done)
+    control, references = dense_control(done), references_of(study)
     history: list[float] = []
     if dense:
         for i in range(1, len(done) + 1):
@@ -121,7 +138,7 @@ def study_status(study: optuna.Study, replicates: Replicated | None = None) -> S
         if band:
             top = min(band, key=lambda t: t.values[0])
             label = "dense" if low == high else f"({low:.2f}, {high:.2f}]"
-            best.append((label, top.values[0], top.number, top.user_attrs.get("bits_per_byte")))
+            best.append(band_best(label, top, control, references))
     started = [t.datetime_start for t in trials if t.datetime_start]
     finished = [t.datetime_complete for t in trials if t.datetime_complete]
     elapsed = (max(finished) - min(started)).total_seconds() if started and finished else 0.0
@@ -152,6 +169,32 @@ def study_status(study: optuna.Study, replicates: Replicated | None = None) -> S
         last_failure=last_failure(trials),
         seed_spread=seed_spread(front, dense_control(done), replicates or Replicated.none()),
     )
+
+
+def band_best(
+    label: str, trial: FrozenTrial, control: FrozenTrial | None, references: dict[int, dict]
+) -> BandBest:
+    """``BandBest`` of ``trial``: its ratios on the test split where both sides have one, else on
+    validation."""
+    attrs = trial.user_attrs
+    test = attrs.get("test_perplexity")
+
+    def score(val: float | None, test_value: float | None) -> float | None:
+        return test_value if test is not None else val
+
+    mine = score(trial.values[0], test)
+    vs_control = vs_reference = None
+    if control is not None:
+        theirs = score(control.values[0], control.user_attrs.get("test_perplexity"))
+        vs_control = mine / theirs if theirs else None
+    reference = references.get(trial.number)
+    if reference is not None:
+        theirs = score(reference.get("val_perplexity"), reference.get("test_perplexity"))
+        vs_reference = mine / theirs if theirs else None
+    return BandBest(
+        label, trial.values[0], trial.number, attrs.get("bits_per_byte"), test,
+        attrs.get("lineage_steps"), vs_control, vs_reference,
+    )  # fmt: skip
 
 
 def last_failure(trials: list) -> tuple[int, str] | None:
@@ -199,9 +242,22 @@ def format_status(status: StudyStatus) -> str:
                 f"  dense control over {int(n)} seeds: perplexity {mean:.3f} (mean), "
                 f"{lowest:.3f}-{highest:.3f}"
             )
-    for band, ppl, number, bpb in status.best_by_band:
-        bits = f", {bpb:.4f} bits/byte" if bpb is not None else ""
-        lines.append(f"  best at sparsity {band:>13}: perplexity {ppl:.3f}{bits} (trial {number})")
+    if any(best.test_perplexity is None for best in status.best_by_band):
+        lines.append(
+            "  no test split: the perplexities below are the validation split's, which the study selected on"
+        )
+    for best in status.best_by_band:
+        bits = f", {best.bits_per_byte:.4f} bits/byte" if best.bits_per_byte is not None else ""
+        scores = f"perplexity {best.val_perplexity:.3f}{bits}"
+        if best.test_perplexity is not None:
+            test = best.test_perplexity
+            scores = f"test perplexity {test:.3f} (validation {best.val_perplexity:.3f}{bits})"
+        ratios = ""
+        if best.vs_control is not None and best.band != "dense":
+            ratios = f"; {best.vs_control:.3f}x the dense control"
+            if best.vs_reference is not None:
+                ratios += f", {best.vs_reference:.3f}x its matched reference ({best.lineage_steps:,} steps)"
+        lines.append(f"  best at sparsity {best.band:>13}: {scores} (trial {best.trial}){ratios}")
     if status.hypervolume_history:
         trail = " ".join(f"{h:.3f}" for h in status.hypervolume_history)
         latest = status.hypervolume_history[-1]

@@ -31,7 +31,7 @@ from orchestrator.artifacts import (
     publish,
     stored_digest,
 )
-from orchestrator.config import HF_ONLY, StudyConfig, setup_digest
+from orchestrator.config import CORPUS_FILES, HF_ONLY, StudyConfig, setup_digest
 from orchestrator.driver_storage import DriverStorage
 from orchestrator.early_stopping import ParetoHalving, ParetoHalvingScheduler
 from orchestrator.errors import UserError
@@ -371,7 +371,7 @@ def preflight(cfg: StudyConfig, opts: RunOptions) -> None:
     database = sqlite_database(opts.storage_url)
     corpus = cfg.corpus.load_kwargs(cfg.source.parent)
     inputs = {"study file": cfg.source, "SQLite database": database}
-    inputs |= {f"corpus file ([corpus] {key})": corpus.get(key) for key in ("path", "train_path", "val_path")}
+    inputs |= {f"corpus file ([corpus] {key})": corpus.get(key) for key in CORPUS_FILES}
     if cfg.model.get("path"):
         inputs["model folder ([model] path)"] = cfg.source.parent / cfg.model["path"]
     check_not_an_input("--output", opts.output_csv, inputs)

@@ -52,6 +52,7 @@ class ParetoPoint(Base):
     id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
     study_name: Mapped[str] = mapped_column(sa.String(512), index=True)
     trial_number: Mapped[int]
+    test_perplexity: Mapped[float | None] = mapped_column(sa.Float(precision=53), nullable=True)
     val_perplexity: Mapped[float] = mapped_column(sa.Float(precision=53))
     bits_per_byte: Mapped[float | None] = mapped_column(sa.Float(precision=53), nullable=True)
     n_params: Mapped[int] = mapped_column(sa.BigInteger)
@@ -59,6 +60,7 @@ class ParetoPoint(Base):
     sparsity: Mapped[float] = mapped_column(sa.Float(precision=53))
     heads_per_layer: Mapped[str] = mapped_column(sa.Text)  # JSON list
     method: Mapped[str] = mapped_column(sa.String(64))
+    lineage_steps: Mapped[int | None] = mapped_column(sa.BigInteger, nullable=True)
     params: Mapped[str] = mapped_column(sa.Text)  # JSON object of every hyperparameter
     updated_at: Mapped[datetime] = mapped_column(sa.DateTime(timezone=True))
 
@@ -302,6 +304,8 @@ def create_own_tables(store: StudyStore) -> None:
 ADDED_COLUMNS = (
     ("study_lease", "ttl_seconds", "FLOAT"),
     ("pareto_frontier", "bits_per_byte", "DOUBLE PRECISION"),
+    ("pareto_frontier", "test_perplexity", "DOUBLE PRECISION"),
+    ("pareto_frontier", "lineage_steps", "BIGINT"),
 )
 
 

@@ -1,5 +1,9 @@
-"""Corpora: a train/validation split tokenized (trainers/tokenizers.py), random batches, a fixed
-evaluation slice and the bytes it covers (bits per byte compare across tokenizers)."""
+"""Corpora: a train/validation/test split tokenized (trainers/tokenizers.py), random batches, a
+fixed evaluation slice and the bytes it covers (bits per byte compare across tokenizers).
+
+The validation split is what a study selects on (the sampler, early stopping, warm starts); the
+test split, when a corpus has one, is scored at the end of each trial and selected on by nothing,
+so the figure reported for a chosen model is not one it was chosen by (docs/methods.md)."""
 
 from __future__ import annotations
 
@@ -34,12 +38,14 @@ def _read_text(path: Path) -> str:
 
 @dataclass
 class Corpus:
-    """A text as token ids, split into training and validation, with the tokenizer that made them."""
+    """A text as token ids, split into training, validation and (optionally) test, with the
+    tokenizer that made them."""
 
     train: torch.Tensor  # int64 token ids
     val: torch.Tensor
     tokenizer: Tokenizer
     digest: str  # sha256 of the texts, split and tokenizer: names the dense checkpoint
+    test: torch.Tensor | None = None  # None: a corpus made without a test split (an earlier study)
 
     @classmethod
     def load(
@@ -47,28 +53,37 @@ class Corpus:
         path: str | Path | None = None,
         *,
         val_fraction: float = 0.1,
+        test_fraction: float = 0.0,
         train_path: str | Path | None = None,
         val_path: str | Path | None = None,
+        test_path: str | Path | None = None,
         block_size: int,
         tokenizer: str = "char",
         vocab_size: int = 1024,
         model_path: str | Path | None = None,
         cache_dir: str | Path | None = None,
     ) -> Corpus:
-        """One file split contiguously (the last ``val_fraction`` validates), or separate files;
-        tokenized by ``tokenizer`` (trainers/tokenizers.py: "char", "bpe" trained on the training
-        split, "model": the one saved at ``model_path``), token ids cached under ``cache_dir``."""
+        """One file split contiguously (the last ``test_fraction`` tests, the ``val_fraction``
+        before it validates), or separate files (``test_path`` optional); tokenized by
+        ``tokenizer`` (trainers/tokenizers.py: "char", "bpe" trained on the training split,
+        "model": the one saved at ``model_path``), token ids cached under ``cache_dir``. Without
+        a test split the digest is what it was before there were test splits, so the dense
+        checkpoints of earlier studies keep their names."""
+        test_text = None
         if train_path is not None and val_path is not None:
             train_text, val_text = _read_text(Path(train_path)), _read_text(Path(val_path))
+            test_text = _read_text(Path(test_path)) if test_path is not None else None
             name = f"{train_path} / {val_path}"
         elif path is not None:
             text = _read_text(Path(path))
-            cut = int(len(text) * (1.0 - val_fraction))
-            train_text, val_text, name = text[:cut], text[cut:], str(path)
+            val_cut = int(len(text) * (1.0 - val_fraction - test_fraction))
+            test_cut = int(len(text) * (1.0 - test_fraction)) if test_fraction else len(text)
+            train_text, val_text, name = text[:val_cut], text[val_cut:test_cut], str(path)
+            test_text = text[test_cut:] if test_fraction else None
         else:
             raise CorpusError("no corpus given: set a path, or both train_path and val_path")
         digest = hashlib.sha256()
-        for part in (train_text, "\x1e", val_text):
+        for part in (train_text, "\x1e", val_text, *(("\x1e", test_text) if test_text is not None else ())):
             digest.update(part.encode("utf-8"))
         text_digest = digest.hexdigest()
         try:
@@ -78,7 +93,10 @@ class Corpus:
         except TokenizerError as err:
             raise CorpusError(str(err)) from None
         splits = []
-        for split, part in (("training", train_text), ("validation", val_text)):
+        parts = [("training", train_text), ("validation", val_text)]
+        if test_text is not None:
+            parts.append(("test", test_text))
+        for split, part in parts:
             if cache_dir is None:
                 ids = torch.tensor(tok.encode(part), dtype=torch.long)
             else:
@@ -94,7 +112,7 @@ class Corpus:
         # there were other tokenizers keep their names.
         if tok.kind != "char":
             text_digest = hashlib.sha256(f"{text_digest}:{tok.digest}".encode()).hexdigest()
-        return cls(splits[0], splits[1], tok, text_digest)
+        return cls(splits[0], splits[1], tok, text_digest, splits[2] if test_text is not None else None)
 
     @property
     def vocab_size(self) -> int:

@@ -69,6 +69,16 @@ class TrialResult:
     cpu_seconds: float = 0.0
     # The validation text's bits per byte: unlike perplexity, comparable across tokenizers.
     bits_per_byte: float = 0.0
+    # The test split's scores (None: the corpus has none). Nothing selects on them: the study
+    # chooses by validation and reports both (trainers/data.py).
+    test_perplexity: float | None = None
+    test_bits_per_byte: float | None = None
+    # The training this model has had since the dense checkpoint, its parents' first: one entry
+    # per trial, {"lr": peak rate, "steps": [weight-training steps of each phase]} (a phase is
+    # one warm-up-free cosine schedule). What a matched dense reference replays
+    # (trainers/reference.py); None: a parent saved by a version that did not record it.
+    lineage: list[dict] | None = None
+    lineage_steps: int | None = None  # all the steps of ``lineage``
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -125,6 +135,7 @@ class Parent:
     model: torch.nn.Module
     kept_heads: list[list[int]]  # its heads, as indices of the dense model's
     identity: dict  # what a retry's checkpoint must match: the folder and its weights
+    lineage: list[dict] | None = None  # its training since the dense model (TrialResult.lineage)
 
 
 def check_parent(folder: Path, dense_weights: str | None, verify: bool = True) -> dict:
@@ -150,7 +161,7 @@ def load_parent(folder: Path, dense_heads: list[int], digest: str | None, device
         raise ValueError(f"{folder}: its kept heads do not fit the dense model's {dense_heads}")
     # By content, not by path: a node of a cluster reads the parent from a cache of its own.
     identity = {"parent_weights": meta["sha256"][WEIGHTS]}
-    return Parent(model.train(), kept, identity)
+    return Parent(model.train(), kept, identity, meta.get("lineage"))
 
 
 def target_from(parent_heads: list[int], dense_heads: list[int], hp: TrialHParams) -> TrialHParams:
@@ -175,6 +186,14 @@ def evaluation_windows(setup: TrialSetup) -> tuple[torch.Tensor, torch.Tensor]:
     """The study's evaluation slice, the same for every trial: a trial's final perplexity
     scores all of it, a rung ``rung_windows`` of it."""
     return eval_windows(setup.corpus.val, setup.dense.model_config.block_size, setup.budget.eval_tokens)
+
+
+def test_windows(setup: TrialSetup) -> tuple[torch.Tensor, torch.Tensor]:
+    """The test split's slice, as large as the validation one (``eval_tokens``); scored once,
+    at a trial's end, and read by no choice the study makes."""
+    if setup.corpus.test is None:
+        raise ValueError("the corpus has no test split")
+    return eval_windows(setup.corpus.test, setup.dense.model_config.block_size, setup.budget.eval_tokens)
 
 
 def run_trial(
@@ -222,9 +241,10 @@ def run_trial(
         "budget": asdict(budget),
     }
     model, prune_hp, started_from = dense, hp, [list(range(n)) for n in heads]
+    lineage: list[dict] | None = []
     if parent is not None:
         warm = load_parent(Path(parent), heads, identity["dense_weights"], device)
-        model, started_from = warm.model, warm.kept_heads
+        model, started_from, lineage = warm.model, warm.kept_heads, warm.lineage
         prune_hp = target_from(list(model.cfg.layer_heads), heads, hp)
         identity.update(warm.identity)
         del dense  # the teacher, if any, holds its own copy
@@ -307,12 +327,20 @@ def run_trial(
 
     start = time.perf_counter()
     ppl, bpb = final_scores(model, windows, setup.corpus.tokenizer)
+    test_ppl = test_bpb = None
+    if setup.corpus.test is not None:
+        test_ppl, test_bpb = final_scores(model, test_windows(setup), setup.corpus.tokenizer)
     speed = tokens_per_second(model, windows[0][: budget.batch_size])
     seconds["eval"] = time.perf_counter() - start
 
+    if lineage is not None:
+        phases = [n for n in (outcome.trained_steps, steps) if n]
+        lineage = [*lineage, {"lr": hp.lr, "steps": phases}]
     kept_heads = [[started_from[layer][i] for i in sorted(k)] for layer, k in enumerate(outcome.keep)]
     if save_dir is not None:
-        extra = {"hparams": hp.to_dict(), "val_perplexity": ppl, "bits_per_byte": bpb}
+        extra = {"hparams": hp.to_dict(), "val_perplexity": ppl, "bits_per_byte": bpb, "lineage": lineage}
+        if test_ppl is not None:
+            extra.update(test_perplexity=test_ppl, test_bits_per_byte=test_bpb)
         # what a later trial warm-started from this one checks (load_parent)
         extra.update(kept_heads=kept_heads, dense_weights=identity["dense_weights"])
         if parent is not None:
@@ -332,4 +360,8 @@ def run_trial(
         phase_seconds=seconds,
         curve=curve,
         cpu_seconds=time.process_time() - cpu_start,
+        test_perplexity=test_ppl,
+        test_bits_per_byte=test_bpb,
+        lineage=lineage,
+        lineage_steps=None if lineage is None else sum(sum(entry["steps"]) for entry in lineage),
     )
