@@ -82,6 +82,8 @@ def matched_references(cfg: StudyConfig, opts: RunOptions, eval_every: int = 50)
             f"{score.best_step}): {mine / theirs:.3f}x"
         )
     say(f"{replay.steps_trained:,} steps replayed (shared lineage prefixes replayed once)")
+    if study.user_attrs.get("setup") is None:  # a study of an earlier version: so that exports read these
+        study.set_user_attr("setup", setup)
     study.set_user_attr(REFERENCES_ATTR, {"setup": setup, "eval_every": eval_every, "points": points})
     csv = write_table(study_table(store, study), opts.output_csv)
     say(f"Pareto front with each point's matched reference -> {csv}")

@@ -270,3 +270,17 @@ def test_the_csv_and_status_report_test_first_and_the_matched_reference(twin_stu
     status = cli_in_process("status", "--storage", run["url"], "--study-name", "smoke", cwd=run["cwd"])
     assert "test perplexity" in status.stdout and "matched reference" in status.stdout
     assert json.loads(json.dumps(recorded))  # plain JSON in the study, for the dashboard
+
+
+@pytest.mark.parametrize("study_file", sorted((SMOKE.parent).glob("*.toml")), ids=lambda p: p.name)
+def test_every_shipped_study_file_loads_and_its_corpus_reads(study_file: Path) -> None:
+    """The study files a user is pointed at (the default, the second corpus's, the examples):
+    valid, and their corpus files there and split as they say."""
+    cfg = load_study_config(study_file)
+    if cfg.corpus.tokenizer != "char":  # a trained BPE or a model's own: test_hf_study runs those
+        return
+    corpus = Corpus.load(**cfg.corpus.load_kwargs(study_file.parent), block_size=cfg.model["block_size"])
+    has_test = bool(cfg.corpus.test_path or cfg.corpus.test_fraction)
+    assert (corpus.test is not None) == has_test
+    if study_file.name in ("tinyshakespeare.toml", "python_code.toml"):  # what issue 46 compares on
+        assert has_test
