@@ -71,9 +71,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "train each point of a study's front again with other seeds; the Pareto CSV then gives "
         "each point's mean and range over its seeds",
     )
-    replicate.add_argument(
-        "study_file", type=Path, help="the study file (and --set values) the study ran with"
-    )
+    _ran_with_argument(replicate)
     replicate.add_argument(
         "--seeds",
         type=int,
@@ -88,9 +86,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "along the point's warm-start lineage (same learning rates and steps), at its best "
         "validation checkpoint within them; the Pareto CSV and status then show both ratios",
     )
-    reference.add_argument(
-        "study_file", type=Path, help="the study file (and --set values) the study ran with"
-    )
+    _ran_with_argument(reference)
     reference.add_argument(
         "--eval-every",
         type=int,
@@ -98,19 +94,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help="steps between the replay's validation checkpoints (default: 50)",
     )
     _storage_argument(reference)
-    reference.add_argument("--study-name", help="default: [study] name")
-    reference.add_argument(
-        "--artifacts", help="the study's --artifacts (default: [study] artifacts, else runs/artifacts)"
-    )
-    reference.add_argument("--output", type=Path, help="Pareto CSV (default: runs/<study>_pareto.csv)")
-    reference.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="a value the study ran with, as run's --set",
-    )
+    _study_file_arguments(reference)
 
     export = command("export", "write the Pareto front (or every trial) as CSV or JSON")
     _study_arguments(export)
@@ -150,20 +134,31 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _ran_with_argument(parser: argparse.ArgumentParser) -> None:
+    """The study file of a command that works on a study already run (replicate, reference)."""
+    parser.add_argument("study_file", type=Path, help="the study file (and --set values) the study ran with")
+
+
 def _trial_run_arguments(parser: argparse.ArgumentParser) -> None:
     """What a command that runs trials on Ray Tune takes besides its study file (run, replicate)."""
     _storage_argument(parser)
-    parser.add_argument("--study-name", help="default: [study] name")
     parser.add_argument("--max-concurrent", type=int, help="trials running at once")
+    parser.add_argument(
+        "--ray-address", help="attach to a running Ray cluster (default: $RAY_ADDRESS, else local)"
+    )
+    _study_file_arguments(parser)
+
+
+def _study_file_arguments(parser: argparse.ArgumentParser) -> None:
+    """What every command that reads a study file takes besides it (run, replicate, reference):
+    the study's name, where its models and CSV go, and --set."""
+    parser.add_argument("--study-name", help="default: [study] name")
     parser.add_argument(
         "--artifacts",
         help="where models go: a folder, or s3://bucket/prefix or gs://bucket/prefix on a cluster "
         "(default: [study] artifacts, else runs/artifacts)",
     )
     parser.add_argument("--output", type=Path, help="Pareto CSV (default: runs/<study>_pareto.csv)")
-    parser.add_argument(
-        "--ray-address", help="attach to a running Ray cluster (default: $RAY_ADDRESS, else local)"
-    )
     parser.add_argument(
         "--set",
         dest="overrides",

@@ -284,3 +284,13 @@ def test_every_shipped_study_file_loads_and_its_corpus_reads(study_file: Path) -
     assert (corpus.test is not None) == has_test
     if study_file.name in ("tinyshakespeare.toml", "python_code.toml"):  # what issue 46 compares on
         assert has_test
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [((), "no database at runs/smoke.db"), (("--eval-every", "0"), "--eval-every must be at least 1")],
+)
+def test_reference_refuses_bad_input_in_one_line_and_writes_nothing(tmp_path, extra, says) -> None:
+    result = cli_in_process("reference", str(SMOKE), *extra, cwd=tmp_path)
+    assert result.returncode == 2 and says in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not list(tmp_path.iterdir())
