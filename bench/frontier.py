@@ -83,6 +83,7 @@ from ray.tune.stopper import Stopper
 from bench.common import print_json, print_table
 from orchestrator.config import SAMPLERS, load_study_config
 from orchestrator.frontier import pareto_front
+from orchestrator.records import perplexity_ratio
 from orchestrator.report import normalised_hypervolume
 from orchestrator.runner import RunOptions, prepare_inputs, run_study, startup_trials, study_dense_checkpoint
 from orchestrator.search_space import Range, SearchSpace
@@ -358,7 +359,9 @@ def best_by_validation(points: list[dict], removed: float) -> dict | None:
 def best_ratio(points: list[dict], dense: dict, removed: float) -> float | None:
     """``best_by_validation``'s reported perplexity / the dense control's."""
     best = best_by_validation(points, removed)
-    return reported(best) / reported(dense) if best else None
+    if not best:
+        return None
+    return perplexity_ratio(best.get("test_ppl"), best["ppl"], dense.get("test_ppl"), dense["ppl"])
 
 
 def reference_ratio(points: list[dict], removed: float) -> float | None:
@@ -368,8 +371,8 @@ def reference_ratio(points: list[dict], removed: float) -> float | None:
     reference = best.get("reference") if best else None
     if not reference:
         return None
-    theirs = reference["test_perplexity"] if best.get("test_ppl") is not None else reference["val_perplexity"]
-    return reported(best) / theirs
+    their = (reference["test_perplexity"], reference["val_perplexity"])
+    return perplexity_ratio(best.get("test_ppl"), best["ppl"], *their)
 
 
 def add_references(points: list[dict], replay: MatchedReference) -> None:

@@ -14,7 +14,13 @@ from optuna.trial import FrozenTrial
 
 from orchestrator.errors import UserError
 from orchestrator.frontier import pareto_front
-from orchestrator.records import RESULT_COLUMNS, TrialRecord, measured_elsewhere, references_of
+from orchestrator.records import (
+    RESULT_COLUMNS,
+    TrialRecord,
+    measured_elsewhere,
+    perplexity_ratio,
+    references_of,
+)
 from orchestrator.storage import ReplicateResult, StudyStore, complete_trials, front_rows, read_replicates
 from trainers.atomic import write_atomically
 
@@ -43,18 +49,21 @@ def reference_columns(frame: pd.DataFrame, study: optuna.Study) -> pd.DataFrame:
     references = references_of(study)
     if not references:
         return pd.DataFrame(index=frame.index)
-    found = [references.get(int(n), {}) for n in frame["trial_number"]]
-    test = [r.get("test_perplexity") for r in found]
-    val = [r.get("val_perplexity") for r in found]
-    mine = frame["test_perplexity"].where(frame["test_perplexity"].notna(), frame["val_perplexity"])
-    theirs = [t if t is not None else v for t, v in zip(test, val, strict=True)]
+    found = [references.get(int(n)) for n in frame["trial_number"]]
+    rows = zip(found, frame["test_perplexity"], frame["val_perplexity"], strict=True)
+    ratios = [
+        None
+        if r is None
+        else perplexity_ratio(None if pd.isna(t) else t, v, r["test_perplexity"], r["val_perplexity"])
+        for r, t, v in rows
+    ]
     return pd.DataFrame(
         {
-            "reference_test_perplexity": pd.array(test, dtype="Float64"),
-            "reference_val_perplexity": pd.array(val, dtype="Float64"),
-            "reference_ratio": pd.array(
-                [None if t is None else m / t for m, t in zip(mine, theirs, strict=True)], dtype="Float64"
+            "reference_test_perplexity": pd.array(
+                [r and r["test_perplexity"] for r in found], dtype="Float64"
             ),
+            "reference_val_perplexity": pd.array([r and r["val_perplexity"] for r in found], dtype="Float64"),
+            "reference_ratio": pd.array(ratios, dtype="Float64"),
         },
         index=frame.index,
     )

@@ -79,6 +79,23 @@ class TrialRecord:
         }
 
 
+def on_one_split(
+    test: float | None, val: float, their_test: float | None, their_val: float
+) -> tuple[str, float, float]:
+    """Two results' perplexities to compare, and the split they are on: the test split where
+    both have one (nothing selected on it), else validation (a corpus, or a study made before,
+    without a test split); never one split against the other."""
+    if test is not None and their_test is not None:
+        return "test", test, their_test
+    return "validation", val, their_val
+
+
+def perplexity_ratio(test: float | None, val: float, their_test: float | None, their_val: float) -> float:
+    """One result's perplexity over another's, on one split (``on_one_split``)."""
+    _, mine, theirs = on_one_split(test, val, their_test, their_val)
+    return mine / theirs
+
+
 # The study's user attribute holding its matched dense references (``launch-study reference``,
 # orchestrator/references.py): {"setup": digest, "eval_every": n, "points": {trial number:
 # trainers.reference.ReferenceScore.to_dict()}}.

@@ -12,15 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.config import StudyConfig, setup_digest
+from orchestrator.config import StudyConfig
 from orchestrator.errors import UserError
 from orchestrator.export import study_table, write_table
 from orchestrator.progress import say
-from orchestrator.records import REFERENCES_ATTR, TrialRecord, dense_control
-from orchestrator.replicates import check_same_setup, study_trial_setup
-from orchestrator.runner import RunOptions, corpus_cache, preflight, prepare_inputs
-from orchestrator.storage import complete_trials, front_rows, load_existing_study, open_store
+from orchestrator.records import REFERENCES_ATTR, TrialRecord, dense_control, on_one_split
+from orchestrator.replicates import open_ran_study, study_trial_setup
+from orchestrator.runner import RunOptions, corpus_cache, prepare_inputs
+from orchestrator.storage import complete_trials, front_rows
 from trainers.reference import MatchedReference, check_lineage
+from trainers.trial import lineage_steps
 
 
 @dataclass
@@ -38,13 +39,7 @@ def matched_references(cfg: StudyConfig, opts: RunOptions, eval_every: int = 50)
     measures as the study did, the front has points, the dense checkpoint is the one it pruned."""
     if eval_every < 1:
         raise UserError(f"--eval-every must be at least 1, got {eval_every}")
-    preflight(cfg, opts)
-    store = open_store(opts.storage_url, create=False)
-    study = load_existing_study(store, opts.study_name)
-    stored = study.user_attrs.get("config")
-    if stored is not None:
-        check_same_setup(stored, cfg, opts.study_name)
-    setup = study.user_attrs.get("setup") or setup_digest(cfg, study.user_attrs.get("dense_val_perplexity"))
+    store, study, _, setup = open_ran_study(cfg, opts)
     front = front_rows(study)
     if not front:
         raise UserError(f"study {opts.study_name!r} has no front (no complete trial)")
@@ -65,7 +60,7 @@ def matched_references(cfg: StudyConfig, opts: RunOptions, eval_every: int = 50)
     trial_setup = study_trial_setup(cfg, opts, study, corpus, model_cfg)
     say(
         f"study {opts.study_name!r}: matched references for {len(lineages)} points, "
-        f"{sum(sum(sum(e['steps']) for e in lin) for lin in lineages.values()):,} steps of lineage"
+        f"{sum(map(lineage_steps, lineages.values())):,} steps of lineage"
     )
     replay = MatchedReference(trial_setup, eval_every=eval_every)
     points = {}
@@ -73,9 +68,9 @@ def matched_references(cfg: StudyConfig, opts: RunOptions, eval_every: int = 50)
         score = replay.score(lineage)
         points[str(number)] = score.to_dict()
         record = TrialRecord.from_trial(trials[number])
-        mine = record.test_perplexity if record.test_perplexity is not None else record.val_perplexity
-        theirs = score.test_perplexity if score.test_perplexity is not None else score.val_perplexity
-        split = "test" if record.test_perplexity is not None else "validation"
+        split, mine, theirs = on_one_split(
+            record.test_perplexity, record.val_perplexity, score.test_perplexity, score.val_perplexity
+        )
         say(
             f"trial {number} (sparsity {record.sparsity:.3f}, {score.lineage_steps} steps): {split} "
             f"perplexity {mine:.3f} against {theirs:.3f} for the dense model at its best within them (step "

@@ -257,6 +257,25 @@ class ReplicateSummary:
     failed: list[str]  # "trial N at seed S: why", of this run
 
 
+def open_ran_study(cfg: StudyConfig, opts: RunOptions) -> tuple[StudyStore, optuna.Study, dict | None, str]:
+    """The study a command revisits (replicate, reference), checked before anything is written:
+    it exists, and the study file measures as it did. Returns its store, the study, the
+    configuration it stored (None: a study of a version before that) and the setup digest its
+    results are measured under."""
+    preflight(cfg, opts)
+    store = open_store(opts.storage_url, create=False)  # a study to revisit must exist
+    study = load_existing_study(store, opts.study_name)
+    stored = study.user_attrs.get("config")
+    if stored is None:  # a study of a version before the configuration was stored
+        say(f"study {opts.study_name!r} stored no configuration: assuming it ran with this study file")
+    else:
+        check_same_setup(stored, cfg, opts.study_name)
+    # The run's own digest where it stored one (the same settings: checked above), else this
+    # file's with the dense checkpoint the study recorded (a study of an earlier version).
+    setup = study.user_attrs.get("setup") or setup_digest(cfg, study.user_attrs.get("dense_val_perplexity"))
+    return store, study, stored, setup
+
+
 def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> ReplicateSummary:
     """Train each point of the study's front, and its dense control, at ``n_seeds`` more seeds
     (those it has no result for yet) and write the Pareto CSV with the points' perplexity over
@@ -268,17 +287,7 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
     and a checkpoint to rebuild are written before that, as ``run`` writes them."""
     if not 1 <= n_seeds <= MAX_SEEDS:
         raise UserError(f"--seeds must be 1 to {MAX_SEEDS}, got {n_seeds}")
-    preflight(cfg, opts)
-    store = open_store(opts.storage_url, create=False)  # a study to replicate must exist
-    study = load_existing_study(store, opts.study_name)
-    stored = study.user_attrs.get("config")
-    if stored is None:  # a study of a version before the configuration was stored
-        say(f"study {opts.study_name!r} stored no configuration: assuming it ran with this study file")
-    else:
-        check_same_setup(stored, cfg, opts.study_name)
-    # The run's own digest where it stored one (the same settings: checked above), else this
-    # file's with the dense checkpoint the study recorded (a study of an earlier version).
-    setup = study.user_attrs.get("setup") or setup_digest(cfg, study.user_attrs.get("dense_val_perplexity"))
+    store, study, stored, setup = open_ran_study(cfg, opts)
     seeds = replicate_seeds(cfg.study.seed, n_seeds)
 
     def front_now() -> list[dict]:

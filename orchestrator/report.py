@@ -15,7 +15,7 @@ from optuna.trial import FrozenTrial, TrialState
 from orchestrator.errors import UserError
 from orchestrator.export import Replicated, trials_over_seeds
 from orchestrator.frontier import hypervolume, pareto_front
-from orchestrator.records import TrialRecord, dense_control, references_of
+from orchestrator.records import TrialRecord, dense_control, perplexity_ratio, references_of
 from trainers.atomic import write_atomically
 
 SPARSITY_BANDS = ((0.0, 0.0), (0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))
@@ -178,19 +178,14 @@ def band_best(
     validation."""
     attrs = trial.user_attrs
     test = attrs.get("test_perplexity")
-
-    def score(val: float | None, test_value: float | None) -> float | None:
-        return test_value if test is not None else val
-
-    mine = score(trial.values[0], test)
     vs_control = vs_reference = None
     if control is not None:
-        theirs = score(control.values[0], control.user_attrs.get("test_perplexity"))
-        vs_control = mine / theirs if theirs else None
+        their_test = control.user_attrs.get("test_perplexity")
+        vs_control = perplexity_ratio(test, trial.values[0], their_test, control.values[0])
     reference = references.get(trial.number)
     if reference is not None:
-        theirs = score(reference.get("val_perplexity"), reference.get("test_perplexity"))
-        vs_reference = mine / theirs if theirs else None
+        their = (reference["test_perplexity"], reference["val_perplexity"])
+        vs_reference = perplexity_ratio(test, trial.values[0], *their)
     return BandBest(
         label, trial.values[0], trial.number, attrs.get("bits_per_byte"), test,
         attrs.get("lineage_steps"), vs_control, vs_reference,

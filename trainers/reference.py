@@ -27,7 +27,7 @@ import torch
 
 from trainers.pretrain import load_dense
 from trainers.training import final_scores, fit, mean_loss, pick_device
-from trainers.trial import TrialSetup, evaluation_windows, test_windows
+from trainers.trial import TrialSetup, evaluation_windows, lineage_steps, test_windows
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,6 @@ class ReferenceScore:
     best_step: int  # steps into the replay of the best checkpoint (0: the dense model as it is)
     val_perplexity: float
     test_perplexity: float | None  # None: the corpus has no test split
-    lineage: list[dict]  # the recipe replayed (``TrialResult.lineage``)
 
     def to_dict(self) -> dict:
         return {
@@ -98,7 +97,7 @@ class MatchedReference:
         state, best = self._replayed[json.dumps(lineage[:done], sort_keys=True)]
         model = self._model
         model.load_state_dict(state)
-        step = sum(sum(entry["steps"]) for entry in lineage[:done])
+        step = lineage_steps(lineage[:done])
         for i in range(done, len(lineage)):
             entry = lineage[i]
             generator = torch.Generator().manual_seed(self.setup.seed)  # as each trial's batches
@@ -131,4 +130,4 @@ class MatchedReference:
             if self.progress is not None:
                 self.progress(f"replayed {i + 1}/{len(lineage)} trials of a lineage ({step} steps)")
         val, best_step, test = best
-        return ReferenceScore(step, best_step, val, test, lineage)
+        return ReferenceScore(step, best_step, val, test)

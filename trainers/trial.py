@@ -188,6 +188,11 @@ def evaluation_windows(setup: TrialSetup) -> tuple[torch.Tensor, torch.Tensor]:
     return eval_windows(setup.corpus.val, setup.dense.model_config.block_size, setup.budget.eval_tokens)
 
 
+def lineage_steps(lineage: list[dict]) -> int:
+    """The weight updates of a lineage (``TrialResult.lineage``): every phase of every entry."""
+    return sum(sum(entry["steps"]) for entry in lineage)
+
+
 def test_windows(setup: TrialSetup) -> tuple[torch.Tensor, torch.Tensor]:
     """The test split's slice, as large as the validation one (``eval_tokens``); scored once,
     at a trial's end, and read by no choice the study makes."""
@@ -363,5 +368,5 @@ def run_trial(
         test_perplexity=test_ppl,
         test_bits_per_byte=test_bpb,
         lineage=lineage,
-        lineage_steps=None if lineage is None else sum(sum(entry["steps"]) for entry in lineage),
+        lineage_steps=None if lineage is None else lineage_steps(lineage),
     )
