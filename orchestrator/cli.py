@@ -45,7 +45,7 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="launch-study", description=__doc__)
     parser.add_argument("--version", action="version", version=f"headprune {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -467,7 +467,7 @@ def _interrupt_behind(err: BaseException) -> Interrupted | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     _quiet_libraries()
     restore_sigterm = raise_on_sigterm()
     try:
