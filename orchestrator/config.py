@@ -25,18 +25,49 @@ from trainers.tokenizers import KINDS
 SAMPLERS = ("tpe", "tpe_multivariate", "gp", "nsga2")
 HF_ARCHITECTURES = ("gpt2", "gpt_neox", "llama")  # trainers/hf.py builds these from sizes
 MODEL_SPECS: dict[str, dict] = {
-    "family": {"type": str, "default": "gpt", "choices": tuple(FAMILIES)},
-    "n_layer": {"type": int, "default": 4, "low": 1},
-    "n_head": {"type": int, "default": 8, "low": 1},
-    "d_model": {"type": int, "default": 128, "low": 1},
-    "block_size": {"type": int, "default": 128, "low": 1},
-    "n_persistent": {"type": int, "default": 64, "low": 1},
-    "dropout": {"type": float, "default": 0.0, "low": 0.0, "high": 1.0, "high_open": True},
+    "family": {
+        "type": str,
+        "default": "gpt",
+        "choices": tuple(FAMILIES),
+        "doc": "gpt or all_attention (built in), or hf (a Hugging Face causal LM)",
+    },
+    "n_layer": {"type": int, "default": 4, "low": 1, "doc": "Transformer layers"},
+    "n_head": {"type": int, "default": 8, "low": 1, "doc": "attention (query) heads per layer"},
+    "d_model": {"type": int, "default": 128, "low": 1, "doc": "model width; a multiple of n_head"},
+    "block_size": {"type": int, "default": 128, "low": 1, "doc": "tokens per training and evaluation window"},
+    "n_persistent": {
+        "type": int,
+        "default": 64,
+        "low": 1,
+        "doc": "all_attention: persistent key/value vectors per head (not for hf)",
+    },
+    "dropout": {
+        "type": float,
+        "default": 0.0,
+        "low": 0.0,
+        "high": 1.0,
+        "high_open": True,
+        "doc": "dropout probability while training (not with hf path)",
+    },
     # family = "hf" only: a model folder (or a name in the local Hugging Face cache), or an
     # architecture built from the sizes above; n_kv_head < n_head is grouped-query attention.
-    "path": {"type": str, "default": ""},
-    "architecture": {"type": str, "default": "", "choices": ("", *HF_ARCHITECTURES)},
-    "n_kv_head": {"type": int, "default": 0, "low": 0},
+    "path": {
+        "type": str,
+        "default": "",
+        "doc": "hf: a model folder (relative to the study file) or a name in the Hugging Face cache",
+    },
+    "architecture": {
+        "type": str,
+        "default": "",
+        "choices": ("", *HF_ARCHITECTURES),
+        "doc": "hf: an architecture built from the sizes above, instead of path",
+    },
+    "n_kv_head": {
+        "type": int,
+        "default": 0,
+        "low": 0,
+        "doc": "llama: key/value heads per layer, dividing n_head (0: n_head, no grouping)",
+    },
 }
 HF_ONLY = ("path", "architecture", "n_kv_head")
 BUILT_IN_ONLY = ("n_persistent",)
@@ -50,9 +81,11 @@ class StudySettings:
     n_trials: int = bounded(12, 1, doc="COMPLETE trials the study ends with")
     max_concurrent: int = bounded(1, 1, doc="trials running at once")
     # numpy's and Optuna's samplers take 32 bits; the sampler's is this plus the trials asked
-    seed: int = bounded(0, 0, 2**31 - 1)
-    cpus_per_trial: float = bounded(2.0, 0.0)
-    gpus_per_trial: float = bounded(0.0, 0.0)
+    seed: int = bounded(
+        0, 0, 2**31 - 1, doc="every trial's batches; the sampler's, plus the trials asked before"
+    )
+    cpus_per_trial: float = bounded(2.0, 0.0, doc="CPUs Ray Tune reserves for each trial")
+    gpus_per_trial: float = bounded(0.0, 0.0, doc="GPUs Ray Tune reserves for each trial")
     max_retries: int = bounded(1, 0, doc="Tune retries of a trial whose worker died")
     max_failed_trials: int = bounded(5, 0, doc="FAIL trials a run tolerates before it stops")
     # at most a day: a driver whose death goes unnoticed longer holds its study for no one
@@ -110,11 +143,18 @@ class CorpusSettings:
     relative to the study file). The test split is selected on by nothing: the study chooses on
     validation and reports both (trainers/data.py)."""
 
-    path: str = bounded("", kind=str)
-    train_path: str = bounded("", kind=str)
-    val_path: str = bounded("", kind=str)
+    path: str = bounded("", kind=str, doc="one text, split contiguously: training, validation, test")
+    train_path: str = bounded("", kind=str, doc="the training text, with val_path (instead of path)")
+    val_path: str = bounded("", kind=str, doc="the validation text the study selects on, with train_path")
     test_path: str = bounded("", kind=str, doc="optional, with train_path and val_path")
-    val_fraction: float = bounded(0.1, 0.0, 1.0, low_open=True, high_open=True)  # 0: nothing validates
+    val_fraction: float = bounded(
+        0.1,
+        0.0,
+        1.0,
+        low_open=True,
+        high_open=True,
+        doc="the part of path before the test split that validates",
+    )  # 0: nothing validates
     test_fraction: float = bounded(
         0.0, 0.0, 1.0, high_open=True, doc="the last part of path, after validation; 0: no test split"
     )

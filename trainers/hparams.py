@@ -47,11 +47,11 @@ class PretrainConfig:
     (warmup-stable-decay: the plateau is found without knowing the length in advance)."""
 
     steps: int = bounded(2000, 1, doc="optimizer steps (with until_converged: the most before cool-down)")
-    batch_size: int = bounded(32, 1)
+    batch_size: int = bounded(32, 1, doc="windows of block_size tokens per step")
     lr: float = bounded(1e-3, 0.0, doc="peak learning rate")
-    warmup_steps: int = bounded(100, 0)
-    weight_decay: float = bounded(0.01, 0.0)
-    seed: int = bounded(0, 0)
+    warmup_steps: int = bounded(100, 0, doc="steps of linear warm-up to lr")
+    weight_decay: float = bounded(0.01, 0.0, doc="AdamW weight decay of the weight matrices")
+    seed: int = bounded(0, 0, doc="the initial weights' and the batches' seed")
     until_converged: bool = bounded(False, doc="train until the validation loss plateaus")
     converge_window: int = bounded(1000, 1, doc="steps over which the improvement is measured")
     converge_tolerance: float = bounded(0.005, 0.0, 1.0, doc="relative improvement that counts as none")
@@ -65,10 +65,10 @@ class TrialBudget:
 
     prune_steps: int = bounded(300, 1, doc="steps while gates close")
     finetune_steps: int = bounded(200, 0, doc="steps with the mask fixed, heads removed")
-    batch_size: int = bounded(32, 1)
+    batch_size: int = bounded(32, 1, doc="windows of block_size tokens per step")
     eval_tokens: int = bounded(32768, 1, doc="validation tokens scored (a fixed slice)")
     threads: int = bounded(0, 0, doc="torch threads per trial; 0 = the CPUs the trial holds")
-    device: str = choice("auto", ("auto", "cpu", "cuda"))
+    device: str = choice("auto", ("auto", "cpu", "cuda"), doc="auto: a GPU where there is one, else the CPU")
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ class TrialHParams:
     # 3e-4: on the converged checkpoint the dense control at 1e-3 moved its perplexity by 1.06%,
     # at 3e-4 by 0.59% (BENCHMARKS.md): a larger rate undoes part of the pretraining's cool-down.
     lr: float = bounded(3e-4, 0.0, doc="weights' learning rate while pruning and fine-tuning")
-    min_heads_per_layer: int = bounded(1, 0)
+    min_heads_per_layer: int = bounded(1, 0, doc="heads every layer keeps at least")
     # Gate training (methods.md 3-5).
     # Shim et al. used 10 with their weights' rate; 30 x the default 3e-4 keeps the gates' rate
     # near 1e-2, where they close within the 100-step gate phase.
@@ -99,7 +99,7 @@ class TrialHParams:
     output_scaling: bool = bounded(False, methods=GATE_METHODS, doc="rescale surviving heads (Shim)")
     schedule_start: float = bounded(0.0, 0.0, 1.0, methods=GATE_METHODS, doc="phase before any pressure")
     schedule_warmup: float = bounded(0.5, 0.0, 1.0, methods=GATE_METHODS, doc="phase over which it rises")
-    schedule_shape: str = choice("linear", SHAPES, methods=GATE_METHODS)
+    schedule_shape: str = choice("linear", SHAPES, methods=GATE_METHODS, doc="how the pressure rises")
     lagrangian_lr: float = bounded(0.05, 0.0, methods=("l0_target",), doc="multipliers' ascent rate")
     l0_lambda: float = bounded(1.0, 0.0, methods=("l0_penalty",), doc="weight of the mean L0 term")
     topk_t0: float = bounded(10.0, 0.0, low_open=True, methods=("topk",), doc="soft top-k start temperature")
