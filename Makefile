@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STUDY ?= studies/tinyshakespeare.toml
 
-.PHONY: study smoke test lint bootstrap clean
+.PHONY: study smoke test lint bootstrap clean docs
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -23,6 +23,10 @@ lint: bootstrap
 
 clean:
 	rm -rf runs .pytest_cache
+
+# docs/reference/*.md, generated from the code (tests/test_reference_docs.py holds them equal).
+docs: bootstrap
+	$(BIN)/python -m orchestrator.reference_docs
 
 # docker/compose.yaml end to end, with images built here (scripts/cluster_test.sh). Once per
 # machine, as root: scripts/cluster_prereqs.sh (Docker, docker-compose, base images, wheels).
