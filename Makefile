@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STUDY ?= studies/tinyshakespeare.toml
 
-.PHONY: study smoke test lint bootstrap clean docs
+.PHONY: study smoke test test-fast lint bootstrap clean docs
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -17,6 +17,10 @@ smoke: bootstrap
 
 test: bootstrap
 	$(BIN)/python -m pytest
+
+# Under a minute: no Ray, no database server, no process started (tests/conftest.py enforces it).
+test-fast: bootstrap
+	HEADPRUNE_FAST_LANE=1 $(BIN)/python -m pytest -q -m "not slow and not server"
 
 lint: bootstrap
 	$(BIN)/ruff check .

@@ -296,6 +296,7 @@ def test_reading_a_study_of_another_tool_is_a_user_error(command, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]  # no CSV
 
 
+@pytest.mark.slow  # a process of its own (seconds of interpreter start)
 def test_export_of_a_missing_study_is_a_user_error(tmp_path):
     url = f"sqlite:///{tmp_path}/empty.db"
     optuna.create_study(study_name="there", storage=url)
@@ -303,6 +304,7 @@ def test_export_of_a_missing_study_is_a_user_error(tmp_path):
     assert_user_error(run, "no study named 'absent'")
 
 
+@pytest.mark.slow  # a process of its own (seconds of interpreter start)
 def test_the_console_script_reports_a_mistake_the_same_way(tmp_path):
     """One case through the installed ``launch-study`` executable, as a user runs it."""
     run = launch("run", str(tmp_path / "nope.toml"), cwd=tmp_path)
@@ -577,6 +579,7 @@ def test_a_users_model_folder_that_cannot_serve_is_refused_before_anything_is_wr
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow  # a process of its own (seconds of interpreter start)
 def test_weights_of_another_model_are_refused_not_replaced_by_random_ones(tmp_path):
     """Found in review: transformers initialises at random what a folder's weights lack and only
     warns; the study would have pruned a random model and exited 0. This is found when the dense
@@ -593,6 +596,7 @@ def test_weights_of_another_model_are_refused_not_replaced_by_random_ones(tmp_pa
     assert not list((tmp_path / "runs" / "artifacts").glob("dense/*"))
 
 
+@pytest.mark.slow  # a process of its own (seconds of interpreter start)
 def test_a_dashboard_port_already_taken_or_out_of_range_is_one_line(tmp_path):
     url = f"sqlite:///{tmp_path}/s.db"
     optuna.create_study(study_name="s", storage=url, directions=["minimize", "minimize"])

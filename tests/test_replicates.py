@@ -375,6 +375,7 @@ def test_replicate_trains_the_front_again_resumes_and_leaves_the_study_alone(tmp
     assert not leftover_ray_processes(before)
 
 
+@pytest.mark.slow  # a process of its own (seconds of interpreter start)
 def test_replicate_refuses_bad_input_before_writing(tmp_path):
     path = study_file(tmp_path)
     missing = launch("replicate", str(path), cwd=tmp_path)

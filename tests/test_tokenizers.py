@@ -396,6 +396,7 @@ def test_bits_per_byte_compare_char_and_bpe_on_the_same_text(bpe, corpus_text):
         bits_per_byte(1.0, 0, 0)
 
 
+@pytest.mark.slow  # a process of its own (seconds of interpreter start)
 def test_the_character_tokenizer_does_not_import_transformers():
     """Every trial process of a character-level study imports this module: it stays light."""
     code = (
