@@ -46,7 +46,7 @@ from orchestrator.config import load_study_config
 from orchestrator.execution import DriverTimings
 from orchestrator.runner import RunOptions, TuneExecutor, make_scheduler, open_driver, rung_context
 from orchestrator.simulation import MeasuredTrials, SimulatedExecutor, replay_on_worker
-from orchestrator.storage import front_rows, hold_lease, open_store, read_frontier
+from orchestrator.storage import close_store, front_rows, hold_lease, open_store, read_frontier
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = REPO / "studies" / "tinyshakespeare.toml"
@@ -157,7 +157,7 @@ def _run(url: str, sizes: list[int], in_flight: int, seed: int, on_tune: bool = 
             output=Path(scratch) / "front.csv",
         )
         store = open_store(url)
-        probe = Probe([store.engine, store.storage.engine], server=url.startswith("postgresql"))
+        probe = Probe([store.engine], server=url.startswith("postgresql"))
         with hold_lease(store, opts.study_name, cfg.study.lease_seconds) as lease:
             driver = open_driver(cfg, opts, store, lease, LAYER_HEADS)
             driver.timings = DriverTimings(clock=probe.cpu)
@@ -177,8 +177,7 @@ def _run(url: str, sizes: list[int], in_flight: int, seed: int, on_tune: bool = 
             table = sorted(_key(r) for r in read_frontier(store, opts.study_name))
             brute_force = sorted(_key(r) for r in front_rows(driver.study))  # from every COMPLETE trial
             trials = driver.study.get_trials(deepcopy=False)
-        store.engine.dispose()
-        store.storage.engine.dispose()
+        close_store(store)
     finished = [t for t in trials if t.state.is_finished() and t.state.name != "FAIL"]
     stats = getattr(executor, "stats", None)
     return {

@@ -57,7 +57,6 @@ from orchestrator.runner import (
 from orchestrator.storage import (
     ReplicateResult,
     StudyStore,
-    create_own_tables,
     front_rows,
     hold_lease,
     load_existing_study,
@@ -65,6 +64,7 @@ from orchestrator.storage import (
     read_replicates,
     record_replicate,
     redact_command,
+    upgrade_schema,
 )
 from trainers.export import CONFIG
 from trainers.trial import TrialSetup
@@ -307,7 +307,7 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
     # A study without a front, or a replicate whose parent is gone, is refused before anything is written.
     check_parents(jobs_now()[1])
     corpus, model_cfg = prepare_inputs(cfg, cache_dir=corpus_cache(opts.artifacts))  # checked as run does
-    create_own_tables(store)  # the replicates' table; a database of an earlier version gains columns
+    upgrade_schema(store)  # the replicates' table; a database of an earlier version is migrated
     with hold_lease(store, opts.study_name, cfg.study.lease_seconds) as lease:
         if lease.takeover:
             say(lease.takeover.describe())

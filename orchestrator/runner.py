@@ -32,7 +32,6 @@ from orchestrator.artifacts import (
     stored_digest,
 )
 from orchestrator.config import CORPUS_FILES, HF_ONLY, StudyConfig, setup_digest
-from orchestrator.driver_storage import DriverStorage
 from orchestrator.early_stopping import ParetoHalving, ParetoHalvingScheduler
 from orchestrator.errors import UserError
 from orchestrator.execution import (
@@ -80,6 +79,7 @@ from orchestrator.storage import (
     sqlite_database,
     study_exists,
 )
+from orchestrator.storage.driver import DriverStorage
 from orchestrator.study_trials import FINISHED, StudyTrials
 from trainers.data import Corpus, CorpusError, rung_windows
 from trainers.export import WEIGHTS, CorruptModel, read_config
@@ -415,7 +415,7 @@ def open_driver(
     study.set_user_attr("n_trials_target", opts.n_trials)
     study.set_user_attr("max_concurrent", opts.max_concurrent)
     study.set_user_attr("versions", package_versions())
-    # From here on the driver reads the study from memory and writes through (driver_storage.py)
+    # From here on the driver reads the study from memory and writes through (storage/driver.py)
     kept = DriverStorage(store.storage, store.engine)
     study = optuna.load_study(study_name=study.study_name, storage=kept, sampler=sampler)
     after_trial = AfterTrial(store, study)

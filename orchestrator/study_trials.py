@@ -1,7 +1,7 @@
 """What the driver derives from the study's trials, kept up to date one trial at a time, so
 that a finished trial costs it about the same at 10,000 trials as at 100.
 
-The trials themselves are in memory in ``driver_storage.DriverStorage``. Beside them this keeps
+The trials themselves are in memory in ``storage.driver.DriverStorage``. Beside them this keeps
 what the driver used to recompute from every trial after each one: the front (and so the
 frontier table's change, ``frontier.IncrementalFront``), the parameters already tried (gap
 fills), how many searched trials were asked for (the start-up's index), the COMPLETE and
@@ -15,10 +15,10 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from orchestrator.driver_storage import DriverStorage
 from orchestrator.front_gaps import tried_key
 from orchestrator.frontier import IncrementalFront
 from orchestrator.records import TrialRecord
+from orchestrator.storage.driver import DriverStorage
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 

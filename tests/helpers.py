@@ -29,9 +29,9 @@ def default_study_driver(tmp_path: Path, **options):
     """A ``StudyDriver`` on the default study's search space and a seeded TPE sampler, asked and
     told directly (no Tune): ``options`` are the driver's start-up settings."""
     from orchestrator.config import load_study_config
-    from orchestrator.driver_storage import DriverStorage
     from orchestrator.execution import StudyDriver
     from orchestrator.runner import make_sampler
+    from orchestrator.storage.driver import DriverStorage
     from orchestrator.study_trials import StudyTrials
 
     cfg = load_study_config(REPO / "studies" / "tinyshakespeare.toml")

@@ -8,10 +8,10 @@ from helpers import SMOKE
 
 import orchestrator.execution as execution
 from orchestrator.config import load_study_config
-from orchestrator.driver_storage import DriverStorage
 from orchestrator.execution import ERROR_KEY, StudyDriver, train_on_worker
 from orchestrator.report import format_status, study_status
 from orchestrator.storage import open_store
+from orchestrator.storage.driver import DriverStorage
 from orchestrator.study_trials import StudyTrials
 from trainers.trial import TransientTrialError
 

@@ -8,11 +8,11 @@ import optuna
 from optuna.trial import TrialState
 
 from bench import driver as bench_driver
-from orchestrator.driver_storage import DriverStorage
 from orchestrator.execution import StudyCallback, StudySearcher
 from orchestrator.records import RESULT_ATTRS
 from orchestrator.simulation import SimulatedExecutor
 from orchestrator.storage import open_store
+from orchestrator.storage.driver import DriverStorage
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -31,7 +31,6 @@ from orchestrator.storage import (
     HeldLease,
     StudyLease,
     Takeover,
-    _pid_namespace,
     acquire_lease,
     create_or_load_study,
     fail_orphaned_trials,
@@ -44,6 +43,7 @@ from orchestrator.storage import (
     release_lease,
     renew_lease,
 )
+from orchestrator.storage.lease import _pid_namespace
 
 
 @pytest.fixture(params=["sqlite", "postgresql", "mysql"])
@@ -254,7 +254,7 @@ def test_a_holder_whose_lease_was_taken_stops_at_its_next_beat(store):
 
 
 def test_a_holder_that_cannot_renew_for_a_whole_ttl_stops(store, monkeypatch):
-    import orchestrator.storage as storage
+    import orchestrator.storage.lease as storage
 
     name = f"lease-{uuid.uuid4().hex[:8]}"
     clock = FakeClock()
@@ -278,7 +278,7 @@ def test_a_holder_that_cannot_renew_for_a_whole_ttl_stops(store, monkeypatch):
 def test_one_failed_renewal_is_retried_before_the_lease_is_given_up(store, monkeypatch):
     """The heartbeat beats every TTL/6: a failed renewal is retried twice before 2/3 of the TTL,
     where the driver gives the lease up (a beat every TTL/3 left no retry before it)."""
-    import orchestrator.storage as storage
+    import orchestrator.storage.lease as storage
 
     name = f"lease-{uuid.uuid4().hex[:8]}"
     clock = FakeClock()
@@ -319,7 +319,7 @@ def test_a_holder_whose_renewal_never_returns_stops_before_its_ttl_runs_out(stor
 def test_two_drivers_taking_over_one_expired_lease_at_once_do_not_both_get_it(tmp_path, monkeypatch):
     """SQLite ignores SELECT ... FOR UPDATE: a second driver restarted at the same moment reads
     the dead owner too, and used to overwrite the first one's takeover (both ran the study)."""
-    import orchestrator.storage as storage
+    import orchestrator.storage.lease as storage
 
     url = f"sqlite:///{tmp_path}/s.db"
     first, second = open_store(url), open_store(url)

@@ -5,16 +5,16 @@ trial again, with all its attributes, on each ``get_trials``; its TPE sampler ca
 per parameter it suggests. With 256 trials in flight an ask read 256 trials six times over, and
 cost more than everything else the driver does. This storage reads the study once and then
 never again: every write to a trial goes through it (the driver is the study's only writer
-while it holds the lease, ``storage.HeldLease``), so it applies each write to its copy as it
+while it holds the lease, ``storage.lease.HeldLease``), so it applies each write to its copy as it
 passes it to the database. A change of state (asked, told) reads back one row, for the times
 the storage set. On a database, a trial's parameters wait in memory for its next write, and
-go in that write's transaction (``storage.write_trial_rows``): an ask writes its trial's
+go in that write's transaction (``trial_rows.write_trial_rows``): an ask writes its trial's
 parameters and attributes at once, where Optuna commits each on its own.
 
 It is an ``optuna.storages.BaseStorage`` (Optuna's public storage interface): the study, its
 sampler, ``optuna.artifacts`` and optuna-dashboard's note go through it unchanged. It adds
 ``set_trial_user_attrs``, several attributes of a running trial in one transaction
-(``storage.write_trial_rows``).
+(``trial_rows.write_trial_rows``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from optuna.storages import BaseStorage
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from orchestrator.storage import trial_ids, trial_times, write_trial_rows
+from orchestrator.storage.trial_rows import trial_ids, trial_times, write_trial_rows
 
 
 class DriverStorage(BaseStorage):
