@@ -14,7 +14,8 @@ from orchestrator.errors import UserError, closest
 from orchestrator.preflight import check_study_name
 from orchestrator.search_space import SearchSpace, check_value
 from trainers.families import FAMILIES
-from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams, bounded, choice, field_specs
+from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams
+from trainers.knobs import bounded, choice, field_specs
 from trainers.tokenizers import KINDS
 
 # Optuna samplers a study may use (orchestrator/runner.py builds them): TPE per parameter, TPE

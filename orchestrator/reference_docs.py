@@ -21,7 +21,8 @@ from typing import Any
 
 from orchestrator import config
 from orchestrator.search_space import RANGE_KEYS
-from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams, field_specs
+from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams
+from trainers.knobs import field_specs
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "docs" / "reference"

@@ -12,7 +12,8 @@ import pytest
 
 from orchestrator import config, reference_docs
 from orchestrator.cli import EXAMPLES, build_parser
-from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams, field_specs
+from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams
+from trainers.knobs import field_specs
 
 REGENERATE = f"run `{reference_docs.WRITE_COMMAND}` and commit docs/reference/"
 

@@ -1,39 +1,22 @@
 """What a trial can be told: budgets fixed per study, hyperparameters chosen per trial.
 
 Field metadata carries the bounds and choices that study files are validated against, so the
-orchestrator can check a study without knowing what the numbers mean.
+orchestrator can check a study without knowing what the numbers mean. A trial's hyperparameters
+(``TrialHParams``) are the ones every method shares, declared here, and each method's knobs,
+declared beside its code and gathered from the registry (trainers/pruning/).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import Field, asdict, dataclass, field, make_dataclass
 
+from trainers.knobs import bounded, choice
 from trainers.pruning.registry import methods
-from trainers.schedules import SHAPES
 
 # Derived from the registry of pruning methods (trainers/pruning/): a new method is one module
 # there. "dense" removes nothing: the study's dense control, and a baseline a study may choose.
 METHODS = tuple(methods())
 TARGET_METHODS = tuple(name for name, m in methods().items() if m.removes_target)  # remove exactly `sparsity`
-GATE_METHODS = tuple(name for name, m in methods().items() if m.trains_gates)  # train gates while pruning
-HARD_CONCRETE = tuple(name for name, m in methods().items() if m.hard_concrete)
-
-
-def bounded(
-    default, low=None, high=None, *, low_open=False, high_open=False, kind=None, methods=None, doc=""
-):
-    """A dataclass field with the numeric bounds a config value is checked against (``low_open``:
-    the low bound itself refused, as for a value something is divided by); ``methods`` names the
-    pruning methods it applies to (None: all), so a search suggests it only for them."""
-    bounds = {"low": low, "high": high, "low_open": low_open, "high_open": high_open}
-    meta = {**bounds, "methods": methods, "doc": doc, "type": kind or type(default)}
-    return field(default=default, metadata=meta)
-
-
-def choice(default, choices, *, methods=None, doc=""):
-    """A dataclass field whose value must be one of ``choices``."""
-    meta = {"choices": tuple(choices), "type": type(default), "methods": methods, "doc": doc}
-    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
@@ -71,51 +54,60 @@ class TrialBudget:
     device: str = choice("auto", ("auto", "cpu", "cuda"), doc="auto: a GPU where there is one, else the CPU")
 
 
-@dataclass(frozen=True)
-class TrialHParams:
-    """One trial's hyperparameters: what the search chooses (or a study fixes). methods.md
-    sections 3-7 give each one's meaning and the papers' values."""
-
-    method: str = choice("l0_target", METHODS, doc="how heads are chosen")
-    sparsity: float = bounded(
+# The hyperparameters every method has, before and after the methods' own knobs.
+SHARED_FIRST = {
+    "method": choice("l0_target", METHODS, doc="how heads are chosen"),
+    "sparsity": bounded(
         0.5, 0.0, 1.0, high_open=True, methods=TARGET_METHODS, doc="fraction of heads to remove"
-    )
+    ),
     # 3e-4: on the converged checkpoint the dense control at 1e-3 moved its perplexity by 1.06%,
-    # at 3e-4 by 0.59% (BENCHMARKS.md): a larger rate undoes part of the pretraining's cool-down.
-    lr: float = bounded(3e-4, 0.0, doc="weights' learning rate while pruning and fine-tuning")
-    min_heads_per_layer: int = bounded(1, 0, doc="heads every layer keeps at least")
-    # Gate training (methods.md 3-5).
-    # Shim et al. used 10 with their weights' rate; 30 x the default 3e-4 keeps the gates' rate
-    # near 1e-2, where they close within the 100-step gate phase.
-    gate_lr_mult: float = bounded(30.0, 0.0, methods=GATE_METHODS, doc="gates' lr / weights' (Shim: 10)")
-    gate_init: float = bounded(2.0, methods=HARD_CONCRETE, doc="initial log_alpha (Shim: 2.0)")
-    beta: float = bounded(
-        1.0 / 3.0, 0.0, low_open=True, methods=HARD_CONCRETE, doc="hard-concrete temperature"
-    )
-    hard_gates: bool = bounded(True, methods=HARD_CONCRETE, doc="straight-through 0/1 gates (Shim)")
-    freeze_weights: bool = bounded(
-        False, methods=GATE_METHODS, doc="gates choose with weights frozen; fine-tuning gets every step"
-    )
-    output_scaling: bool = bounded(False, methods=GATE_METHODS, doc="rescale surviving heads (Shim)")
-    schedule_start: float = bounded(0.0, 0.0, 1.0, methods=GATE_METHODS, doc="phase before any pressure")
-    schedule_warmup: float = bounded(0.5, 0.0, 1.0, methods=GATE_METHODS, doc="phase over which it rises")
-    schedule_shape: str = choice("linear", SHAPES, methods=GATE_METHODS, doc="how the pressure rises")
-    lagrangian_lr: float = bounded(0.05, 0.0, methods=("l0_target",), doc="multipliers' ascent rate")
-    l0_lambda: float = bounded(1.0, 0.0, methods=("l0_penalty",), doc="weight of the mean L0 term")
-    topk_t0: float = bounded(10.0, 0.0, low_open=True, methods=("topk",), doc="soft top-k start temperature")
-    topk_t1: float = bounded(0.01, 0.0, low_open=True, methods=("topk",), doc="soft top-k end temperature")
-    # Michel et al. (methods.md 6).
-    importance_step: float = bounded(0.1, 0.0, 1.0, methods=("importance",), doc="heads removed per round")
-    importance_batches: int = bounded(4, 1, methods=("importance",), doc="batches per importance estimate")
-    # Peer distillation (methods.md 7): a switch on every method.
-    distill: bool = bounded(False, doc="distil the frozen dense model into the pruned one")
-    distill_layer: float = bounded(1.0, 0.0, doc="weight of the layer-output MSE")
-    distill_logit: float = bounded(1.0, 0.0, doc="weight of the logit KL at T = 2")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+    # at 3e-4 by 0.59% (docs/results.md): a larger rate undoes part of the pretraining's cool-down.
+    "lr": bounded(3e-4, 0.0, doc="weights' learning rate while pruning and fine-tuning"),
+    "min_heads_per_layer": bounded(1, 0, doc="heads every layer keeps at least"),
+}
+SHARED_LAST = {  # peer distillation (methods.md 7): a switch on every method
+    "distill": bounded(False, doc="distil the frozen dense model into the pruned one"),
+    "distill_layer": bounded(1.0, 0.0, doc="weight of the layer-output MSE"),
+    "distill_logit": bounded(1.0, 0.0, doc="weight of the logit KL at T = 2"),
+}
 
 
-def field_specs(cls) -> dict[str, dict]:
-    """{name: {type, default, low, high, choices, ...}} for validating a config table."""
-    return {f.name: {"default": f.default, **dict(f.metadata)} for f in fields(cls)}
+def _methods_knobs() -> dict[str, Field]:
+    """Every registered method's knobs, each marked with the methods that have it (in the
+    registry's order, a knob where it is first declared)."""
+    knobs: dict[str, Field] = {}
+    owners: dict[str, list[str]] = {}
+    for name, method in methods().items():
+        for knob, declared in method.knobs.items():
+            if knob in SHARED_FIRST or knob in SHARED_LAST:
+                raise ValueError(f"pruning method {name!r}: knob {knob!r} is a shared hyperparameter")
+            if knob in knobs and knobs[knob] is not declared:
+                raise ValueError(f"pruning method {name!r}: knob {knob!r} is declared by another method")
+            knobs[knob] = declared
+            owners.setdefault(knob, []).append(name)
+    return {
+        knob: field(default=f.default, metadata={**f.metadata, "methods": tuple(owners[knob])})
+        for knob, f in knobs.items()
+    }
+
+
+def _to_dict(self) -> dict:
+    return asdict(self)
+
+
+# One trial's hyperparameters: what the search chooses (or a study fixes); a frozen dataclass
+# with one field per hyperparameter, its metadata the bounds (methods.md sections 3-7 give each
+# one's meaning and the papers' values). Assembled here because its fields come from the methods.
+TrialHParams = make_dataclass(
+    "TrialHParams",
+    [
+        (name, declared.metadata["type"], declared)
+        for name, declared in {**SHARED_FIRST, **_methods_knobs(), **SHARED_LAST}.items()
+    ],
+    frozen=True,
+    namespace={"to_dict": _to_dict},
+)
+TrialHParams.__module__ = __name__  # found by pickle (Ray sends a trial's hyperparameters) here
+TrialHParams.__doc__ = """One trial's hyperparameters: what the search chooses (or a study fixes).
+The shared ones are declared in trainers/hparams.py, each method's knobs beside its code in
+trainers/pruning/; docs/methods.md sections 3-7 give each one's meaning and the papers' values."""

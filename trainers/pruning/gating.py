@@ -10,9 +10,22 @@ import torch
 from torch import nn
 
 from trainers.gates import select_heads
+from trainers.knobs import bounded, choice
 from trainers.pruning.registry import PruneContext, PruneOutcome
-from trainers.schedules import ramp
+from trainers.schedules import SHAPES, ramp
 from trainers.training import fit
+
+# The knobs every gate method has (methods.md sections 3-5). Shim et al. used a gates' rate 10x
+# their weights'; 30 x the default 3e-4 keeps the gates' rate near 1e-2, where they close within
+# the 100-step gate phase.
+GATE_KNOBS = {
+    "gate_lr_mult": bounded(30.0, 0.0, doc="gates' lr / weights' (Shim: 10)"),
+    "freeze_weights": bounded(False, doc="gates choose with weights frozen; fine-tuning gets every step"),
+    "output_scaling": bounded(False, doc="rescale surviving heads (Shim)"),
+    "schedule_start": bounded(0.0, 0.0, 1.0, doc="phase before any pressure"),
+    "schedule_warmup": bounded(0.5, 0.0, 1.0, doc="phase over which it rises"),
+    "schedule_shape": choice("linear", SHAPES, doc="how the gates' pressure rises"),
+}
 
 
 class Gater(Protocol):

@@ -8,8 +8,17 @@ import torch
 from torch import nn
 
 from trainers.gates import HardConcreteGates, Lagrangian
-from trainers.pruning.gating import prune_with_gates
+from trainers.knobs import bounded
+from trainers.pruning.gating import GATE_KNOBS, prune_with_gates
 from trainers.pruning.registry import Method, PruneContext, PruneOutcome, register
+
+# The hard-concrete gates' knobs (methods.md section 3), both methods'.
+HARD_CONCRETE_KNOBS = {
+    **GATE_KNOBS,
+    "gate_init": bounded(2.0, doc="initial log_alpha (Shim: 2.0)"),
+    "beta": bounded(1.0 / 3.0, 0.0, low_open=True, doc="hard-concrete temperature"),
+    "hard_gates": bounded(True, doc="straight-through 0/1 gates (Shim)"),
+}
 
 
 class HardConcreteGater(nn.Module):
@@ -55,8 +64,10 @@ register(
         "l0_target",
         choose,
         removes_target=True,
-        trains_gates=True,
-        hard_concrete=True,
+        knobs={
+            **HARD_CONCRETE_KNOBS,
+            "lagrangian_lr": bounded(0.05, 0.0, doc="multipliers' ascent rate"),
+        },
         doc="hard-concrete gates, a Lagrangian toward the target (CoFi)",
     )
 )
@@ -65,8 +76,7 @@ register(
         "l0_penalty",
         choose,
         removes_target=False,
-        trains_gates=True,
-        hard_concrete=True,
+        knobs={**HARD_CONCRETE_KNOBS, "l0_lambda": bounded(1.0, 0.0, doc="weight of the mean L0 term")},
         doc="hard-concrete gates, lambda x L0 (Shim et al.): the sparsity is what lambda gives",
     )
 )

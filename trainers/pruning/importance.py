@@ -8,6 +8,7 @@ import torch
 
 from trainers.data import random_batch
 from trainers.gates import heads_to_keep
+from trainers.knobs import bounded
 from trainers.pruning.registry import Method, PruneContext, PruneOutcome, register
 
 
@@ -75,4 +76,15 @@ def choose(context: PruneContext) -> PruneOutcome:
     return PruneOutcome(keep, None, trained_steps=0)
 
 
-register(Method("importance", choose, removes_target=True, doc="Michel et al.'s iterative importance"))
+register(
+    Method(
+        "importance",
+        choose,
+        removes_target=True,
+        knobs={
+            "importance_step": bounded(0.1, 0.0, 1.0, doc="heads removed per round"),
+            "importance_batches": bounded(4, 1, doc="batches per importance estimate"),
+        },
+        doc="Michel et al.'s iterative importance",
+    )
+)

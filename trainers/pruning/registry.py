@@ -2,13 +2,14 @@
 
 A method is a function from a ``PruneContext`` (the dense model, the training tokens, the
 trial's hyperparameters and budget) to a ``PruneOutcome`` (the heads to keep per layer), plus
-the flags the rest of the project reads: whether it removes exactly the target sparsity, whether
-it trains gates (and so has gate knobs to search). ``trainers.hparams.METHODS`` and the search
-space are derived from here, so a new method is one module in ``trainers/pruning/`` that calls
-``register`` (modules here are imported on first use), plus its test.
+what the rest of the project reads: whether it removes exactly the target sparsity, and its
+knobs (dataclass fields made with ``trainers.knobs.bounded`` / ``choice``), which the search
+space and ``trainers.hparams.TrialHParams`` are assembled from. A new method is one module in
+``trainers/pruning/`` (or a module of your own named in ``HEADPRUNE_PLUGINS``: trainers/plugins.py)
+that calls ``register``, plus its test.
 
-Modules in this package must not import ``trainers.hparams`` at run time (it imports this
-registry): the hyperparameters arrive as an object, their type is for readers only.
+Modules in this package must not import ``trainers.hparams``: it is assembled from this
+registry. The hyperparameters arrive as an object with one attribute per knob.
 """
 
 from __future__ import annotations
@@ -16,15 +17,13 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import Field, dataclass, field
+from typing import Any
 
 import torch
 
+from trainers.plugins import import_plugins
 from trainers.training import Progress, plain_loss
-
-if TYPE_CHECKING:
-    from trainers.hparams import TrialHParams
 
 # loss(model, inputs, targets, head_gates) -> scalar
 LossFn = Callable[[Any, torch.Tensor, torch.Tensor, "list[torch.Tensor] | None"], torch.Tensor]
@@ -36,7 +35,7 @@ class PruneContext:
 
     model: Any  # the dense model (trainers/model.py's or trainers/hf.py's), trained in place by gate methods
     tokens: torch.Tensor  # the training split's token ids
-    hp: TrialHParams
+    hp: Any  # trainers.hparams.TrialHParams: the shared hyperparameters and every method's knobs
     steps: int  # the pruning phase's budget of steps
     batch_size: int
     generator: torch.Generator  # every trial draws the same batches
@@ -60,8 +59,10 @@ class Method:
     name: str
     choose: Callable[[PruneContext], PruneOutcome]
     removes_target: bool  # keeps exactly round((1 - sparsity) x heads): `sparsity` is searched for it
-    trains_gates: bool = False  # gate knobs (lr multiplier, schedule, freezing) apply to it
-    hard_concrete: bool = False  # hard-concrete gate knobs (init, beta) apply to it
+    # name -> field (trainers.knobs.bounded / choice): searched, fixed or left at its default for
+    # this method's trials only. Methods may share knobs (the gate methods' schedule): the same
+    # name must then be the same field.
+    knobs: dict[str, Field] = field(default_factory=dict)
     doc: str = ""
 
 
@@ -87,6 +88,7 @@ def _discover() -> None:
     for module in pkgutil.iter_modules(package.__path__):
         if module.name != "registry":
             importlib.import_module(f"trainers.pruning.{module.name}")
+    import_plugins()
 
 
 def methods() -> dict[str, Method]:

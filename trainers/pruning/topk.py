@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 from trainers.gates import heads_to_keep
-from trainers.pruning.gating import prune_with_gates
+from trainers.knobs import bounded
+from trainers.pruning.gating import GATE_KNOBS, prune_with_gates
 from trainers.pruning.registry import Method, PruneContext, PruneOutcome, register
 
 
@@ -55,4 +56,16 @@ def choose(context: PruneContext) -> PruneOutcome:
     return prune_with_gates(context, SoftTopKGater(context.heads, context.hp))
 
 
-register(Method("topk", choose, removes_target=True, trains_gates=True, doc="Gumbel soft top-k (DSP)"))
+register(
+    Method(
+        "topk",
+        choose,
+        removes_target=True,
+        knobs={
+            **GATE_KNOBS,
+            "topk_t0": bounded(10.0, 0.0, low_open=True, doc="soft top-k start temperature"),
+            "topk_t1": bounded(0.01, 0.0, low_open=True, doc="soft top-k end temperature"),
+        },
+        doc="Gumbel soft top-k (DSP)",
+    )
+)
