@@ -22,8 +22,13 @@ test: bootstrap
 test-fast: bootstrap
 	HEADPRUNE_FAST_LANE=1 $(BIN)/python -m pytest -q -m "not slow and not server"
 
+# Style, formatting, the layers' contracts (import-linter: bench -> orchestrator -> trainers,
+# trainers free of Optuna, Ray and SQL, no import cycle) and the generated references up to date.
 lint: bootstrap
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/python -m orchestrator.reference_docs --check
 
 clean:
 	rm -rf runs .pytest_cache
