@@ -1,21 +1,6 @@
-"""The ``hf`` model family: a Hugging Face causal LM (GPT-2, GPT-NeoX/Pythia, Llama with grouped-query
-attention) behind the same seam as trainers/model.py's ``LanguageModel`` (trainers/families.py).
-
-Head gates and physical pruning need two things the stock attention modules do not have: a place to
-multiply each head's output before the output projection, and layers with different head counts
-(and, under grouped-query attention, uneven groups). Both live in one attention function registered
-with transformers' public ``AttentionInterface`` under the name ``"headprune"``, which the attention
-modules of all three architectures call with their queries, keys and values; it gathers each query
-head's key/value head through the module's ``headprune_kv_index`` buffer (absent: the dense
-mapping), runs ``scaled_dot_product_attention`` and multiplies the result by the module's
-``headprune_gate`` (set for one forward call). The modules' projections are then simply sliced: they
-reshape with ``-1`` heads, so smaller weights are all a pruned layer needs (GPT-2 also splits
-``c_attn`` by ``split_size``).
-
-Everything is offline: a model is built from a config, read from a local folder, or from the local
-Hugging Face cache, never downloaded. A pruned model can be written as a standard ``save_pretrained``
-folder whose config records the heads kept (``save_pretrained``), and read back with ``load_pruned``.
-"""
+"""The ``hf`` family's model: a transformers causal LM behind the project's prunable-model seam
+(``HFModelConfig``, ``HFLanguageModel``), read from and written to standard Hugging Face folders.
+What differs between architectures is in their own modules (``architectures.py``)."""
 
 from __future__ import annotations
 
@@ -37,10 +22,10 @@ from transformers import (
     PreTrainedModel,
 )
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-from transformers.pytorch_utils import Conv1D
 from transformers.utils import cached_file
 
-ARCHITECTURES = ("gpt2", "gpt_neox", "llama")
+from trainers.hf.architectures import architecture, architectures
+
 ATTENTION = "headprune"  # the attention implementation name our models run under
 
 # Keys a pruned export adds to the model's config.json (the rest is the dense model's config).
@@ -51,13 +36,6 @@ HEADS_KEY, KV_HEADS_KEY, BLOCK_SIZE_KEY = (
 )
 EXPORT_KEYS = (HEADS_KEY, KV_HEADS_KEY, BLOCK_SIZE_KEY)
 
-# The config keys holding each architecture's sizes: layers, query heads, width, positions.
-_SIZE_KEYS = {
-    "gpt2": ("n_layer", "n_head", "n_embd", "n_positions"),
-    "gpt_neox": ("num_hidden_layers", "num_attention_heads", "hidden_size", "max_position_embeddings"),
-    "llama": ("num_hidden_layers", "num_attention_heads", "hidden_size", "max_position_embeddings"),
-}
-OUTPUT_PROJECTION = {"gpt2": "c_proj", "gpt_neox": "dense", "llama": "o_proj"}  # attribute of the attention
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
 
@@ -111,7 +89,7 @@ AttentionMaskInterface.register(ATTENTION, sdpa_mask)
 
 def _size(hf_config: dict, which: int) -> int:
     """Layers (0), query heads (1), width (2) or positions (3), under the architecture's key."""
-    return int(hf_config[_SIZE_KEYS[hf_config["model_type"]][which]])
+    return int(hf_config[architecture(hf_config["model_type"]).size_keys[which]])
 
 
 @dataclass(frozen=True)
@@ -129,10 +107,7 @@ class HFModelConfig:
         object.__setattr__(self, "hf_config", json.loads(json.dumps(self.hf_config)))
         if self.family != "hf":
             raise ValueError(f"HFModelConfig is the 'hf' family's config, got family {self.family!r}")
-        if self.architecture not in ARCHITECTURES:
-            raise ValueError(
-                f"model_type {self.architecture!r} is not supported; the hf family supports {ARCHITECTURES}"
-            )
+        architecture(self.architecture)  # one the family supports (ValueError otherwise)
         if not 1 <= self.block_size <= self.max_positions:
             raise ValueError(
                 f"block_size {self.block_size} must be from 1 to the model's {self.max_positions} positions"
@@ -225,7 +200,7 @@ class HFModelConfig:
 
 
 def architecture_config(
-    architecture: str,
+    name: str,
     *,
     vocab_size: int,
     n_layer: int,
@@ -238,32 +213,16 @@ def architecture_config(
     """The transformers config (as ``to_dict()``) of a fresh small model: MLP 4x d_model, exactly
     ``block_size`` positions, ``dropout`` everywhere the architecture has it (default none), no
     special tokens (the project's tokenizers give them no meaning)."""
-    if architecture not in ARCHITECTURES:
-        raise ValueError(f"architecture {architecture!r} is not one of {ARCHITECTURES}")
+    if name not in architectures():
+        raise ValueError(f"architecture {name!r} is not one of {tuple(architectures())}")
+    arch = architecture(name)
     if d_model % n_head:
         raise ValueError(f"d_model ({d_model}) must be divisible by n_head ({n_head})")
-    if n_kv_head not in (None, n_head) and architecture != "llama":
-        raise ValueError(f"grouped-query attention (n_kv_head) is for llama, not {architecture}")
+    if n_kv_head not in (None, n_head) and not arch.grouped_query:
+        raise ValueError(f"grouped-query attention (n_kv_head) is not for {name}")
     no_tokens = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
-    if architecture == "gpt2":
-        sizes = {"n_layer": n_layer, "n_head": n_head, "n_embd": d_model, "n_positions": block_size}
-        dropouts = {"resid_pdrop": dropout, "embd_pdrop": dropout, "attn_pdrop": dropout}
-        extra = {"n_inner": 4 * d_model}
-    else:
-        sizes = {
-            "num_hidden_layers": n_layer,
-            "num_attention_heads": n_head,
-            "hidden_size": d_model,
-            "max_position_embeddings": block_size,
-            "intermediate_size": 4 * d_model,
-        }
-        if architecture == "gpt_neox":
-            dropouts, extra = {"hidden_dropout": dropout, "attention_dropout": dropout}, {}
-        else:
-            dropouts, extra = {"attention_dropout": dropout}, {"num_key_value_heads": n_kv_head or n_head}
-    config = AutoConfig.for_model(
-        architecture, vocab_size=vocab_size, initializer_range=0.02, **sizes, **dropouts, **extra, **no_tokens
-    )
+    sizes = arch.config_sizes(n_layer, n_head, d_model, block_size, n_kv_head, dropout)
+    config = AutoConfig.for_model(name, vocab_size=vocab_size, initializer_range=0.02, **sizes, **no_tokens)
     return config_dict(config)
 
 
@@ -301,10 +260,10 @@ def _read_folder_config(folder: Path) -> dict:
         config = config_dict(AutoConfig.from_pretrained(folder, local_files_only=True))
     except (OSError, ValueError) as err:  # a folder without a (sound) config.json is not a model
         raise ValueError(f"{folder}: no readable model config ({_first_line(err)})") from None
-    if config.get("model_type") not in ARCHITECTURES:
+    if config.get("model_type") not in architectures():
         raise ValueError(
             f"{folder}: model_type {config.get('model_type')!r} is not supported; "
-            f"the hf family supports {ARCHITECTURES}"
+            f"the hf family supports {tuple(architectures())}"
         )
     return config
 
@@ -354,76 +313,6 @@ def weights_digest(path_or_name: str | Path) -> str:
     return digest.hexdigest()
 
 
-def _attention_modules(hf: PreTrainedModel, architecture: str) -> list[nn.Module]:
-    if architecture == "gpt2":
-        return [block.attn for block in hf.transformer.h]
-    if architecture == "gpt_neox":
-        return [layer.attention for layer in hf.gpt_neox.layers]
-    return [layer.self_attn for layer in hf.model.layers]
-
-
-def _output_projection(attention: nn.Module, architecture: str) -> nn.Module:
-    return getattr(attention, OUTPUT_PROJECTION[architecture])
-
-
-def _units(heads: list[int], width: int, offset: int = 0) -> torch.Tensor:
-    """Indices of the ``width`` consecutive rows (or columns) of each head, after ``offset``."""
-    return torch.tensor([offset + h * width + i for h in heads for i in range(width)], dtype=torch.long)
-
-
-def _set_weights(module: nn.Module, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-    """Give a projection new, smaller weights in place (its forward reads only the tensors, and
-    the size attributes that describe them are kept true); ``bias`` None leaves the bias as it is."""
-    module.weight = nn.Parameter(weight.contiguous(), requires_grad=module.weight.requires_grad)
-    if bias is not None:
-        module.bias = nn.Parameter(bias.contiguous(), requires_grad=module.bias.requires_grad)
-    if isinstance(module, Conv1D):  # weight is (in, out)
-        module.nx, module.nf = weight.shape
-    elif isinstance(module, nn.Linear):
-        module.out_features, module.in_features = weight.shape
-
-
-def _pick(tensor: torch.Tensor | None, dim: int, index: torch.Tensor) -> torch.Tensor | None:
-    return None if tensor is None else tensor.index_select(dim, index.to(tensor.device))
-
-
-@torch.no_grad()
-def _keep_heads(
-    attention: nn.Module, architecture: str, d_head: int, heads: list[int], kv_heads: list[int], scale: float
-) -> None:
-    """Slice one attention module down to query ``heads`` and key/value ``kv_heads`` (indices in
-    its current numbering, sorted), ``scale`` folded into the output projection's columns."""
-    if architecture == "gpt2":  # Conv1D c_attn: columns [q heads | k heads | v heads]
-        inner = attention.c_attn.weight.shape[1] // 3
-        cols = torch.cat(
-            [_units(heads, d_head), _units(kv_heads, d_head, inner), _units(kv_heads, d_head, 2 * inner)]
-        )
-        _set_weights(
-            attention.c_attn, _pick(attention.c_attn.weight, 1, cols), _pick(attention.c_attn.bias, 0, cols)
-        )
-        rows = _units(heads, d_head)
-        _set_weights(attention.c_proj, _pick(attention.c_proj.weight, 0, rows) * scale, None)
-        attention.split_size = len(heads) * d_head
-        attention.num_heads = len(heads)
-    elif architecture == "gpt_neox":  # rows per head [q_h | k_h | v_h]; no grouped-query attention
-        if heads != kv_heads:
-            raise ValueError("gpt_neox has one key/value head per query head")
-        qkv = attention.query_key_value
-        rows = _units(heads, 3 * d_head)
-        _set_weights(qkv, _pick(qkv.weight, 0, rows), _pick(qkv.bias, 0, rows))
-        cols = _units(heads, d_head)
-        _set_weights(attention.dense, _pick(attention.dense.weight, 1, cols) * scale, None)
-    else:  # llama: q_proj rows per query head, k/v_proj rows per kv head, o_proj columns per query head
-        q_rows, kv_rows = _units(heads, d_head), _units(kv_heads, d_head)
-        for proj, rows in (
-            (attention.q_proj, q_rows),
-            (attention.k_proj, kv_rows),
-            (attention.v_proj, kv_rows),
-        ):
-            _set_weights(proj, _pick(proj.weight, 0, rows), _pick(proj.bias, 0, rows))
-        _set_weights(attention.o_proj, _pick(attention.o_proj.weight, 1, q_rows) * scale, None)
-
-
 def _set_kv_index(attention: nn.Module, kv: tuple[int, ...], n_kv: int) -> None:
     """Record which kv head each query head reads, unless the standard mapping (equal groups of
     consecutive query heads) already says so: a gather per call is not free."""
@@ -466,15 +355,15 @@ class HFLanguageModel(nn.Module):
                 for attention, heads, kv in zip(
                     self._attention(hf), cfg.heads_per_layer, cfg.kv_heads_per_layer
                 ):
-                    _keep_heads(
-                        attention, cfg.architecture, cfg.d_head, list(range(heads)), sorted(set(kv)), 1.0
+                    architecture(cfg.architecture).keep_heads(
+                        attention, cfg.d_head, list(range(heads)), sorted(set(kv)), 1.0
                     )
         else:
             hf.set_attn_implementation(ATTENTION)
         self.hf = hf
         for layer, attention in enumerate(self._attention(hf)):
             kv = cfg.layer_kv_heads(layer)
-            width = _output_projection(attention, cfg.architecture).weight.numel() // cfg.d_model
+            width = self._output_projection(attention).weight.numel() // cfg.d_model
             if width != len(kv) * cfg.d_head:
                 raise ValueError(
                     f"layer {layer} of the model has {width // cfg.d_head} heads, the config {len(kv)}"
@@ -485,11 +374,14 @@ class HFLanguageModel(nn.Module):
                 setattr(hf.config, key, value)
 
     def _attention(self, hf: PreTrainedModel | None = None) -> list[nn.Module]:
-        return _attention_modules(self.hf if hf is None else hf, self.cfg.architecture)
+        return architecture(self.cfg.architecture).attention_modules(self.hf if hf is None else hf)
+
+    def _output_projection(self, attention: nn.Module) -> nn.Module:
+        return getattr(attention, architecture(self.cfg.architecture).output_projection)
 
     @classmethod
     def from_architecture(cls, architecture: str, **sizes) -> HFLanguageModel:
-        """A fresh small model of one of ``ARCHITECTURES``; ``sizes`` are ``architecture_config``'s
+        """A fresh small model of one of ``architectures()``; ``sizes`` are ``architecture_config``'s
         keywords (vocab_size, n_layer, n_head, d_model, block_size, n_kv_head)."""
         hf_config = architecture_config(architecture, **sizes)
         return cls(HFModelConfig(hf_config=hf_config, block_size=sizes["block_size"]))
@@ -524,7 +416,7 @@ class HFLanguageModel(nn.Module):
                     attention.headprune_gate = gate
             if return_attn:
                 for attention in modules:
-                    projection = _output_projection(attention, self.cfg.architecture)
+                    projection = self._output_projection(attention)
                     hooks.append(
                         projection.register_forward_hook(lambda _m, _i, out: attn_outputs.append(out))
                     )
@@ -559,7 +451,7 @@ class HFLanguageModel(nn.Module):
             kv_now = cfg.layer_kv_heads(layer)
             kv_kept = sorted({kv_now[h] for h in heads})
             scale = 1.0 if head_scale is None or head_scale[layer] is None else float(head_scale[layer])
-            _keep_heads(attention, cfg.architecture, cfg.d_head, heads, kv_kept, scale)
+            architecture(cfg.architecture).keep_heads(attention, cfg.d_head, heads, kv_kept, scale)
             kv_heads_per_layer.append(tuple(kv_kept.index(kv_now[h]) for h in heads))
         pruned_cfg = replace(
             cfg, heads_per_layer=tuple(len(h) for h in keep), kv_heads_per_layer=tuple(kv_heads_per_layer)
@@ -567,11 +459,11 @@ class HFLanguageModel(nn.Module):
         return type(self)(pruned_cfg, hf)
 
     def _embeddings(self) -> list[nn.Parameter]:
-        """The token embedding and, for GPT-2, the learned position embedding."""
-        embeddings = [self.hf.get_input_embeddings().weight]
-        if self.cfg.architecture == "gpt2":
-            embeddings.append(self.hf.transformer.wpe.weight)
-        return embeddings
+        """The token embedding and the architecture's others (GPT-2's learned positions)."""
+        return [
+            self.hf.get_input_embeddings().weight,
+            *architecture(self.cfg.architecture).extra_embeddings(self.hf),
+        ]
 
     def count_parameters(self) -> tuple[int, int]:
         """(total, non-embedding) parameters; tied weights count once, an untied output head is
