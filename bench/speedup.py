@@ -36,8 +36,10 @@ from transformers.pytorch_utils import Conv1D
 from transformers.utils import logging as transformers_logging
 
 from bench.common import print_json, print_table
-from trainers.export import load_model, save_model
-from trainers.hf import HFLanguageModel, load_pruned, save_pretrained
+from trainers import load_pruned
+from trainers.export import save_model
+from trainers.families import export_family, family
+from trainers.hf import HFLanguageModel
 from trainers.model import LanguageModel, ModelConfig
 from trainers.tokenizers import UNKNOWN, CharTokenizer
 
@@ -47,8 +49,8 @@ SIZES = {"n_layer": 4, "n_head": 8, "d_model": 128, "block_size": 128}
 
 def dense_models():
     """(name, model) for every family at the default study's sizes."""
-    for family in ("gpt", "all_attention"):
-        yield family, LanguageModel(ModelConfig(vocab_size=CHAR_VOCAB, family=family))
+    for name in ("gpt", "all_attention"):
+        yield name, LanguageModel(ModelConfig(vocab_size=CHAR_VOCAB, family=name))
     for architecture, extra in (("gpt2", {}), ("gpt_neox", {}), ("llama", {"n_kv_head": 4})):
         model = HFLanguageModel.from_architecture(architecture, vocab_size=BPE_VOCAB, **SIZES, **extra)
         yield f"hf {architecture}", model
@@ -61,22 +63,22 @@ def forward_flops(model, T: int) -> float:
     keys). Grouped key/value projections count as the layers they are."""
     linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, (nn.Linear, Conv1D)))
     cfg = model.cfg
-    keys = T + (cfg.n_persistent if cfg.family == "all_attention" else 0)
+    keys = T + getattr(cfg, "persistent_keys", 0)
     d_head = cfg.d_model // cfg.n_head
     return 2 * T * linear + 2 * 2 * T * keys * sum(cfg.layer_heads) * d_head
 
 
 def exported(model, folder: Path) -> Callable[[torch.Tensor], torch.Tensor]:
-    """``model`` written to ``folder`` and read back as an exported model is, as the function a
-    user calls for logits: a built-in family's folder through ``load_model``, a Hugging Face
-    family's ``save_pretrained`` folder through ``load_pruned`` (the transformers model)."""
-    if model.cfg.family == "hf":
-        save_pretrained(model, folder)
-        hf = load_pruned(folder)
-        return lambda idx: hf(input_ids=idx, use_cache=False).logits
+    """``model`` saved as a trial saves it, exported as ``launch-study export-model`` exports it
+    (its family's own format, or the project's) and read back with ``trainers.load_pruned``, as
+    the function a user calls for logits: a transformers model's, or the project's model's."""
     vocab = [UNKNOWN, *(chr(33 + i) for i in range(model.cfg.vocab_size - 1))]
-    save_model(model, CharTokenizer(vocab), folder)
-    loaded, _ = load_model(folder)
+    tokenizer = CharTokenizer(vocab)
+    save_model(model, tokenizer, folder / "trial")
+    family(model.cfg.family).export(model, tokenizer, folder / "trial", folder / "export")
+    loaded, _ = load_pruned(folder / "export")
+    if export_family(folder / "export") is not None:  # a transformers model
+        return lambda idx: loaded(input_ids=idx, use_cache=False).logits
     return lambda idx: loaded(idx)[0]
 
 

@@ -318,6 +318,7 @@ def _export_model(args: argparse.Namespace) -> int:
     from orchestrator.preflight import check_not_an_input, check_writable_folder
     from orchestrator.storage import sqlite_database
     from trainers.export import CorruptModel, UnverifiedModel, load_model, read_config
+    from trainers.families import family
 
     store, study = _open_study(args)
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
@@ -372,13 +373,7 @@ def _export_model(args: argparse.Namespace) -> int:
         raise UserError(f"--output {args.output} is not empty; --force replaces it whole")
     for leftover in (staging, backup):
         shutil.rmtree(leftover, ignore_errors=True)
-    if model.cfg.family == "hf":  # a standard Hugging Face folder (trainers.load_pruned reads it)
-        from trainers.hf import save_pretrained
-
-        save_pretrained(model, staging)
-        tokenizer.save(staging)
-    else:  # the built-in families' own format, as the trial wrote it
-        shutil.copytree(source, staging, ignore=shutil.ignore_patterns("after_prune", ".*"))
+    family(model.cfg.family).export(model, tokenizer, source, staging)  # its own format, or as saved
     if output.exists():
         output.rename(backup)
     staging.rename(output)

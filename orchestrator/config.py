@@ -13,7 +13,7 @@ from typing import Any
 from orchestrator.errors import UserError, closest
 from orchestrator.preflight import check_study_name
 from orchestrator.search_space import SearchSpace, check_value
-from trainers.families import FAMILIES
+from trainers.families import SHARED_MODEL_KEYS, families, family
 from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams
 from trainers.knobs import bounded, choice, field_specs
 from trainers.tokenizers import KINDS
@@ -24,55 +24,33 @@ from trainers.tokenizers import KINDS
 # and NSGA-II with the start-up as its first generation (orchestrator/nsga2_proposals.py). In the
 # study itself those two would see the dense control, which has no parameters, and sample at random.
 SAMPLERS = ("tpe", "tpe_multivariate", "gp", "nsga2")
-HF_ARCHITECTURES = ("gpt2", "gpt_neox", "llama")  # trainers/hf.py builds these from sizes
-MODEL_SPECS: dict[str, dict] = {
-    "family": {
-        "type": str,
-        "default": "gpt",
-        "choices": tuple(FAMILIES),
-        "doc": "gpt or all_attention (built in), or hf (a Hugging Face causal LM)",
-    },
-    "n_layer": {"type": int, "default": 4, "low": 1, "doc": "Transformer layers"},
-    "n_head": {"type": int, "default": 8, "low": 1, "doc": "attention (query) heads per layer"},
-    "d_model": {"type": int, "default": 128, "low": 1, "doc": "model width; a multiple of n_head"},
-    "block_size": {"type": int, "default": 128, "low": 1, "doc": "tokens per training and evaluation window"},
-    "n_persistent": {
-        "type": int,
-        "default": 64,
-        "low": 1,
-        "doc": "all_attention: persistent key/value vectors per head (not for hf)",
-    },
-    "dropout": {
-        "type": float,
-        "default": 0.0,
-        "low": 0.0,
-        "high": 1.0,
-        "high_open": True,
-        "doc": "dropout probability while training (not with hf path)",
-    },
-    # family = "hf" only: a model folder (or a name in the local Hugging Face cache), or an
-    # architecture built from the sizes above; n_kv_head < n_head is grouped-query attention.
-    "path": {
-        "type": str,
-        "default": "",
-        "doc": "hf: a model folder (relative to the study file) or a name in the Hugging Face cache",
-    },
-    "architecture": {
-        "type": str,
-        "default": "",
-        "choices": ("", *HF_ARCHITECTURES),
-        "doc": "hf: an architecture built from the sizes above, instead of path",
-    },
-    "n_kv_head": {
-        "type": int,
-        "default": 0,
-        "low": 0,
-        "doc": "llama: key/value heads per layer, dividing n_head (0: n_head, no grouping)",
-    },
-}
-HF_ONLY = ("path", "architecture", "n_kv_head")
-BUILT_IN_ONLY = ("n_persistent",)
-SIZES = ("n_layer", "n_head", "d_model")
+
+
+def _model_specs() -> dict[str, dict]:
+    """[model]'s keys: ``family``, the ones every family takes, and each family's own (its spec
+    names the families that take it: ``families``)."""
+    specs = {
+        "family": {
+            "type": str,
+            "default": "gpt",
+            "choices": tuple(families()),
+            "doc": "gpt or all_attention (built in), or hf (a Hugging Face causal LM)",
+        },
+        **SHARED_MODEL_KEYS,
+    }
+    for name, declared in families().items():
+        for key, spec in declared.keys.items():
+            if key in specs and "families" in specs[key]:
+                specs[key]["families"] = (*specs[key]["families"], name)
+            else:
+                specs[key] = {**spec, "families": (name,)}
+    return specs
+
+
+MODEL_SPECS = _model_specs()
+# [model] as studies made before the families declared their own keys recorded it: every study's
+# setup digest (``setup_digest``) is taken over these keys, so those studies keep theirs.
+RECORDED_MODEL_DEFAULTS = {"n_persistent": 64, "path": "", "architecture": "", "n_kv_head": 0}
 MAX_HEADS = 65536  # attention heads in a model built from sizes (Llama 3.1 405B has 126 x 128)
 
 
@@ -293,7 +271,8 @@ def config_from_raw(path: Path, raw: dict[str, Any]) -> StudyConfig:
     model = _check_model(path, raw.get("model", {}), corpus)
     pretrain = _table(f"{path}: [pretrain]", raw.get("pretrain", {}), field_specs(PretrainConfig))
     # A user's model is the dense checkpoint as it is, unless [pretrain] asks for more training.
-    keep_as_is = bool(model["path"]) and "steps" not in raw.get("pretrain", {})
+    starts_from = family(model["family"]).user_model(model, path.parent)
+    keep_as_is = bool(starts_from) and "steps" not in raw.get("pretrain", {})
     if keep_as_is and corpus["tokenizer"] != "model":  # its ids would mean other text to it
         raise UserError(
             f"{path}: [corpus] tokenizer = {corpus['tokenizer']!r} with [model] path: the model was "
@@ -304,7 +283,7 @@ def config_from_raw(path: Path, raw: dict[str, Any]) -> StudyConfig:
     specs = field_specs(TrialHParams)
     search = SearchSpace.from_table(f"{path}: [search]", raw.get("search", {}), specs)
     search = search.with_startup(f"{path}: [startup]", raw.get("startup", {}), specs)
-    if not model["path"]:  # a user's model's heads are known once its config is read
+    if not starts_from:  # a user's model's heads are known once its config is read
         search.check_reachable(f"{path}: [search]", [model["n_head"]] * model["n_layer"])
     early = _table(f"{path}: [early_stopping]", raw.get("early_stopping", {}), field_specs(EarlyStopping))
     if early["min_fraction"] <= 0:
@@ -323,20 +302,26 @@ def config_from_raw(path: Path, raw: dict[str, Any]) -> StudyConfig:
 
 
 def _check_model(path: Path, table: Any, corpus: dict[str, Any]) -> dict[str, Any]:
-    """[model]: the keys each family takes, and sizes that fit together."""
-    model = _table(f"{path}: [model]", table, MODEL_SPECS)
+    """[model]: the keys its family takes (checked by the family), and sizes that fit together.
+    The values: the shared keys and the family's own, defaults filled in."""
     where = f"{path}: [model]"
-    if model["family"] == "hf":
-        if bool(model["path"]) == bool(model["architecture"]):
-            raise UserError(f"{where} family = 'hf' needs either path (a model folder) or architecture")
-        if model["path"] and (given := [k for k in (*SIZES, "n_kv_head", "dropout") if k in table]):
-            raise UserError(f"{where} {given[0]}: a model at path has its own sizes; remove the key")
-        if given := [k for k in BUILT_IN_ONLY if k in table]:
-            raise UserError(f"{where} {given[0]} applies to the built-in families only")
-    else:
-        if given := [k for k in HF_ONLY if k in table]:
-            raise UserError(f"{where} {given[0]} applies to family = 'hf' only")
-    if not model["path"]:
+    if not isinstance(table, dict):
+        raise UserError(f"{where}: must be a table")
+    chosen = _table(
+        where, {"family": table["family"]} if "family" in table else {}, {"family": MODEL_SPECS["family"]}
+    )
+    declared = family(chosen["family"])
+    own = {"family": MODEL_SPECS["family"], **SHARED_MODEL_KEYS, **declared.keys}
+    for key in table:
+        if key not in own and key in MODEL_SPECS:
+            takers = " or ".join(repr(f) for f in MODEL_SPECS[key]["families"])
+            raise UserError(f"{where} {key} applies to family = {takers} only")
+    model = _table(where, table, own)
+    try:
+        declared.check_table(model, set(table))
+    except ValueError as err:
+        raise UserError(f"{where} {err}") from None
+    if not declared.user_model(model, path.parent):  # a model built from the sizes
         heads = model["n_layer"] * model["n_head"]
         if heads > MAX_HEADS:  # [n_head] * n_layer is listed and scanned: refused before it is built
             raise UserError(
@@ -347,14 +332,16 @@ def _check_model(path: Path, table: Any, corpus: dict[str, Any]) -> dict[str, An
             raise UserError(
                 f"{where} d_model {model['d_model']} is not divisible by n_head {model['n_head']}"
             )
-        kv = model["n_kv_head"] or model["n_head"]
-        if model["n_head"] % kv:
-            raise UserError(f"{where} n_head {model['n_head']} is not a multiple of n_kv_head {kv}")
-        if kv != model["n_head"] and model["architecture"] != "llama":
-            raise UserError(f"{where} n_kv_head: grouped-query attention is for architecture = 'llama'")
-    if corpus["tokenizer"] == "model" and not model["path"]:
-        raise UserError(f"{path}: [corpus] tokenizer = 'model' needs [model] path (the tokenizer beside it)")
+        if corpus["tokenizer"] == "model":
+            raise UserError(
+                f"{path}: [corpus] tokenizer = 'model' needs [model] path (the tokenizer beside it)"
+            )
     return model
+
+
+def user_model(cfg: StudyConfig) -> str | None:
+    """The model of the user's the study starts from (its family's say), or None."""
+    return family(cfg.model["family"]).user_model(cfg.model, cfg.source.parent)
 
 
 # The sections that decide what a trial trains and how it is scored, and the keys of them that
@@ -373,7 +360,7 @@ def measurement_settings(cfg: StudyConfig) -> dict[str, dict[str, Any]]:
             del corpus[key]
     resolved = {
         "corpus": corpus,
-        "model": dict(cfg.model),
+        "model": {**RECORDED_MODEL_DEFAULTS, **cfg.model},
         "pretrain": asdict(cfg.pretrain) if cfg.pretrain else {},
         "trial": asdict(cfg.budget),
     }

@@ -21,6 +21,7 @@ from typing import Any
 
 from orchestrator import config
 from orchestrator.search_space import RANGE_KEYS
+from trainers.families import families
 from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams
 from trainers.knobs import field_specs
 
@@ -131,27 +132,31 @@ def _allowed(spec: dict) -> str:
     return _code(f"{left}{_toml(low)}, {_toml(high)}{right}")
 
 
-def _key_rows(specs: dict[str, dict], applies: bool = False) -> list[list[str]]:
+def _key_rows(specs: dict[str, dict], applies: str = "") -> list[list[str]]:
+    """A row per key; ``applies`` (``methods``, ``families``) adds the column of what it applies to."""
     rows = []
     for name, spec in specs.items():
         row = [_code(name), _type(spec), _code(_toml(spec["default"])), _allowed(spec)]
         if applies:
-            methods = spec.get("methods")
-            row.append("all" if methods is None else ", ".join(_code(m) for m in methods))
+            takers = spec.get(applies)
+            row.append("all" if takers is None else ", ".join(_code(m) for m in takers))
         rows.append([*row, _text(spec.get("doc", ""))])
     return rows
 
 
 def _model_notes() -> str:
-    def names(keys: tuple[str, ...]) -> str:
-        return ", ".join(_code(k) for k in keys)
-
+    own = {
+        name: ", ".join(
+            _code(k) for k, spec in config.MODEL_SPECS.items() if name in spec.get("families", ())
+        )
+        for name in families()
+    }
+    listed = "; ".join(f"{_code(name)}: {keys or 'none'}" for name, keys in own.items())
     return _wrap(
-        f'`family = "hf"` takes either `path` (a model of yours, with its own sizes) or `architecture` '
-        f"({names(config.HF_ARCHITECTURES)}), built from {names(config.SIZES)} and `block_size`. "
-        f'{names(config.HF_ONLY)} apply to `family = "hf"` only, {names(config.BUILT_IN_ONLY)} to the '
-        f"built-in families only. A model built from sizes has at most {config.MAX_HEADS:,} heads "
-        "(`n_layer` x `n_head`)."
+        "Every family takes `family` and the sizes; each also takes keys of its own (the "
+        f"*families* column), which another family refuses: {listed}. A model built from sizes has "
+        f'at most {config.MAX_HEADS:,} heads (`n_layer` x `n_head`). With `family = "hf"`, give either '
+        "`path` (a model of yours, with its own sizes) or `architecture`, built from the sizes."
     )
 
 
@@ -198,7 +203,7 @@ def _search_section(specs: dict[str, dict]) -> str:
             "Each entry takes one of these forms:",
             forms,
             example,
-            _table(header, _key_rows(specs, applies=True)),
+            _table(header, _key_rows(specs, applies="methods")),
         ]
     )
 
@@ -258,9 +263,11 @@ def study_file_reference() -> str:
         parts.append(f"## `[{section}]`")
         if cls is not None and cls.__doc__ and not cls.__doc__.startswith(f"{cls.__name__}("):
             parts.append(_docstring(cls))  # (a dataclass without one gets a generated signature)
+        header, applies = ["key", "type", "default", "allowed", "description"], ""
         if section == "model":
             parts.append(_model_notes())
-        parts.append(_table(["key", "type", "default", "allowed", "description"], _key_rows(specs)))
+            header, applies = [*header[:4], "families", header[4]], "families"
+        parts.append(_table(header, _key_rows(specs, applies)))
     return "\n\n".join(parts) + "\n"
 
 

@@ -31,7 +31,7 @@ from orchestrator.artifacts import (
     publish,
     stored_digest,
 )
-from orchestrator.config import CORPUS_FILES, HF_ONLY, StudyConfig, setup_digest
+from orchestrator.config import CORPUS_FILES, StudyConfig, setup_digest, user_model
 from orchestrator.early_stopping import ParetoHalving, ParetoHalvingScheduler
 from orchestrator.errors import UserError
 from orchestrator.execution import (
@@ -83,8 +83,7 @@ from orchestrator.storage.driver import DriverStorage
 from orchestrator.study_trials import FINISHED, StudyTrials
 from trainers.data import Corpus, CorpusError, rung_windows
 from trainers.export import WEIGHTS, CorruptModel, read_config
-from trainers.families import FamilyConfig
-from trainers.model import ModelConfig
+from trainers.families import FamilyConfig, family
 from trainers.pretrain import DenseCheckpoint, checkpoint_key, ensure_dense_checkpoint
 from trainers.trial import TrialSetup, dense_weights, evaluation_windows
 
@@ -146,47 +145,28 @@ class RunSummary:
 def prepare_inputs(cfg: StudyConfig, cache_dir: Path | None = None) -> tuple[Corpus, FamilyConfig]:
     """Everything that can be checked before the database is touched: the corpus tokenized (ids
     and a trained BPE cached under ``cache_dir``) and the model's config (a user's model's
-    config read, not its weights)."""
+    config read, not its weights), each by the model's family."""
     where = f"{cfg.source}: [model]"
-    model = dict(cfg.model)
-    user_model = None
-    if model["family"] == "hf":  # transformers is imported for this family only
-        from trainers.hf import HFModelConfig, architecture_config, check_weights, read_pretrained_config
-    if model["family"] == "hf" and model["path"]:  # read and checked before anything is tokenized
-        user_model = _model_path(cfg)
+    model_family = family(cfg.model["family"])
+    starts_from = user_model(cfg)
+    if starts_from:  # read and checked before anything is tokenized
         try:
-            hf_config = read_pretrained_config(user_model)
-            check_weights(user_model)
-            HFModelConfig(hf_config=hf_config, block_size=model["block_size"])
+            model_family.check_user_model(starts_from, cfg.model["block_size"])
         except ValueError as err:
-            raise UserError(f"{where} path: {err}") from None
+            raise UserError(f"{where} {err}") from None
     try:
         corpus = Corpus.load(
             **cfg.corpus.load_kwargs(cfg.source.parent),
-            block_size=model["block_size"],
-            model_path=user_model,
+            block_size=cfg.model["block_size"],
+            model_path=starts_from,
             cache_dir=cache_dir,
         )
     except CorpusError as err:
         raise UserError(f"{cfg.source}: [corpus] {err}") from None
     except OSError as err:  # the cache folder (the pre-flight checks --artifacts before this)
         raise UserError(f"{cfg.source}: [corpus] cannot write its cache under {cache_dir}: {err}") from None
-    if model["family"] != "hf":
-        fields = {k: v for k, v in model.items() if k not in HF_ONLY}
-        return corpus, ModelConfig(vocab_size=corpus.vocab_size, **fields)
-    if user_model is None:
-        hf_config = architecture_config(
-            model["architecture"],
-            vocab_size=corpus.vocab_size,
-            n_layer=model["n_layer"],
-            n_head=model["n_head"],
-            d_model=model["d_model"],
-            block_size=model["block_size"],
-            n_kv_head=model["n_kv_head"] or None,
-            dropout=model["dropout"],
-        )
     try:
-        model_cfg = HFModelConfig(hf_config=hf_config, block_size=model["block_size"])
+        model_cfg = model_family.model_config(cfg.model, corpus.vocab_size, starts_from)
     except ValueError as err:
         raise UserError(f"{where} {err}") from None
     if model_cfg.vocab_size < corpus.vocab_size:
@@ -200,18 +180,13 @@ def prepare_inputs(cfg: StudyConfig, cache_dir: Path | None = None) -> tuple[Cor
             f"({corpus.vocab_size}): {hint}"
         )
     cfg.search.check_reachable(f"{cfg.source}: [search]", list(model_cfg.layer_heads))
-    if min(cfg.search.entries["min_heads_per_layer"].values()) < 1:
+    floor = model_family.min_heads_per_layer
+    if min(cfg.search.entries["min_heads_per_layer"].values()) < floor:
         raise UserError(
-            f"{cfg.source}: [search] min_heads_per_layer: the hf family keeps at least 1 head a layer"
+            f"{cfg.source}: [search] min_heads_per_layer: the {model_family.name} family keeps at least "
+            f"{floor} head a layer"
         )
     return corpus, model_cfg
-
-
-def _model_path(cfg: StudyConfig) -> str:
-    """[model] path: a folder relative to the study file, else a name in the Hugging Face cache."""
-    path = cfg.model["path"]
-    beside = cfg.source.parent / path
-    return str(beside.resolve()) if beside.exists() else path
 
 
 def corpus_cache(artifacts: str) -> Path:
@@ -259,17 +234,16 @@ def study_dense_checkpoint(
     made (``dense/<key>``); the workers fetch it by its weights' digest."""
     artifacts = str(artifacts)
     initial, source = None, ""
-    if model_cfg.family == "hf" and cfg.model["path"]:
-        from trainers.hf import HFLanguageModel, weights_digest
-
-        path = _model_path(cfg)
-        source = weights_digest(path)
+    starts_from = user_model(cfg)
+    if starts_from:
+        model_family = family(model_cfg.family)
+        source = model_family.user_model_digest(starts_from)
 
         def initial():
             try:
-                return HFLanguageModel.from_pretrained(path, model_cfg.block_size)
+                return model_family.load_user_model(starts_from, model_cfg.block_size)
             except ValueError as err:
-                raise UserError(f"{cfg.source}: [model] path: {err}") from None
+                raise UserError(f"{cfg.source}: [model] {err}") from None
 
     local, stored = Path(artifacts), True
     if is_remote(artifacts):
@@ -372,8 +346,8 @@ def preflight(cfg: StudyConfig, opts: RunOptions) -> None:
     corpus = cfg.corpus.load_kwargs(cfg.source.parent)
     inputs = {"study file": cfg.source, "SQLite database": database}
     inputs |= {f"corpus file ([corpus] {key})": corpus.get(key) for key in CORPUS_FILES}
-    if cfg.model.get("path"):
-        inputs["model folder ([model] path)"] = cfg.source.parent / cfg.model["path"]
+    if starts_from := user_model(cfg):
+        inputs["your model's folder ([model])"] = Path(starts_from)
     check_not_an_input("--output", opts.output_csv, inputs)
     check_sqlite_path(database)
     check_devices(cfg.budget.device, cfg.study.gpus_per_trial, joining_cluster=bool(opts.ray_address))

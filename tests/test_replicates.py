@@ -280,8 +280,9 @@ def test_a_mismatched_study_file_a_held_lease_or_another_dense_model_writes_noth
     path = study_file(tmp_path)
     url = f"sqlite:///{tmp_path}/runs/smoke.db"
     store = open_store(url)
-    with store.engine.begin() as conn:  # as a database of the version before replicates
+    with store.engine.begin() as conn:  # as a database of the version before replicates (and migrations)
         conn.exec_driver_sql("DROP TABLE trial_replicates")
+        conn.exec_driver_sql("DROP TABLE headprune_alembic_version")
     study = create_or_load_study(store, "smoke", optuna.samplers.RandomSampler(seed=0))
     study.set_user_attr("config", load_study_config(path, []).raw)
     before = sorted(p.name for p in (tmp_path / "runs").iterdir())

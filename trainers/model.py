@@ -20,6 +20,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from trainers.families import SHARED_MODEL_KEYS, ModelFamily, register_family
+
 BUILT_IN = ("gpt", "all_attention")  # the families of this file (trainers/families.py has all)
 
 
@@ -51,6 +53,11 @@ class ModelConfig:
     @property
     def layer_heads(self) -> tuple[int, ...]:
         return self.heads_per_layer or (self.n_head,) * self.n_layer
+
+    @property
+    def persistent_keys(self) -> int:
+        """Keys a head attends to besides the context's: all_attention's persistent vectors."""
+        return self.n_persistent if self.family == "all_attention" else 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -301,3 +308,33 @@ class LanguageModel(nn.Module):
                 dst.attn.persistent_k.copy_(src.attn.persistent_k[idx])
                 dst.attn.persistent_v.copy_(src.attn.persistent_v[idx])
         return pruned
+
+
+class BuiltInFamily(ModelFamily):
+    """``gpt`` and ``all_attention``: built from the sizes, saved in the project's own format."""
+
+    keys = {
+        "n_persistent": {
+            "type": int,
+            "default": 64,
+            "low": 1,
+            "doc": "all_attention: persistent key/value vectors per head (not for hf)",
+        }
+    }
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def model_config(self, model: dict, vocab_size: int, user_model: str | None) -> ModelConfig:
+        sizes = {key: model[key] for key in (*SHARED_MODEL_KEYS, *self.keys)}
+        return ModelConfig(vocab_size=vocab_size, family=self.name, **sizes)
+
+    def config_from_dict(self, data: dict) -> ModelConfig:
+        return ModelConfig.from_dict(data)
+
+    def build_model(self, cfg: ModelConfig) -> LanguageModel:
+        return LanguageModel(cfg)
+
+
+for _name in BUILT_IN:
+    register_family(BuiltInFamily(_name))

@@ -20,23 +20,11 @@ Hugging Face cache, never downloaded. A pruned model can be written as a standar
 folder whose config records the heads kept (``save_pretrained``), and read back with ``load_pruned``.
 """
 
-from trainers.hf.architectures import architectures
-from trainers.hf.model import (
-    HFLanguageModel,
-    HFModelConfig,
-    ModelNotFound,
-    architecture_config,
-    check_weights,
-    load_pruned,
-    read_pretrained_config,
-    save_pretrained,
-    weights_digest,
-)
+import importlib
 
-ARCHITECTURES = tuple(architectures())
-
-__all__ = [
-    "ARCHITECTURES",
+# What ``from trainers.hf import X`` gives, imported on first use (PEP 562): the family's
+# declaration (family.py) is read by every study, transformers only by the studies that use it.
+_FROM_MODEL = (
     "HFLanguageModel",
     "HFModelConfig",
     "ModelNotFound",
@@ -46,4 +34,13 @@ __all__ = [
     "read_pretrained_config",
     "save_pretrained",
     "weights_digest",
-]
+)
+__all__ = ["ARCHITECTURES", *_FROM_MODEL]
+
+
+def __getattr__(name: str):
+    if name in _FROM_MODEL:
+        return getattr(importlib.import_module("trainers.hf.model"), name)
+    if name == "ARCHITECTURES":
+        return tuple(importlib.import_module("trainers.hf.architectures").architectures())
+    raise AttributeError(f"module 'trainers.hf' has no attribute {name!r}")

@@ -8,10 +8,12 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
-from transformers import PreTrainedModel
+if TYPE_CHECKING:  # the architectures' modules import transformers; this one is read without it
+    import torch
+    from torch import nn
+    from transformers import PreTrainedModel
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,7 @@ class Architecture:
     extra_embeddings: Callable[[PreTrainedModel], list[torch.Tensor]] = lambda hf: []
 
 
-MODULES = ("gpt2", "gpt_neox", "llama")
+MODULES = ("gpt2", "gpt_neox", "llama")  # each named after its model_type
 _REGISTRY: dict[str, Architecture] = {}
 
 

@@ -25,16 +25,9 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.utils import cached_file
 
 from trainers.hf.architectures import architecture, architectures
+from trainers.hf.export_keys import BLOCK_SIZE_KEY, EXPORT_KEYS, HEADS_KEY, KV_HEADS_KEY
 
 ATTENTION = "headprune"  # the attention implementation name our models run under
-
-# Keys a pruned export adds to the model's config.json (the rest is the dense model's config).
-HEADS_KEY, KV_HEADS_KEY, BLOCK_SIZE_KEY = (
-    "headprune_heads_per_layer",
-    "headprune_kv_heads",
-    "headprune_block_size",
-)
-EXPORT_KEYS = (HEADS_KEY, KV_HEADS_KEY, BLOCK_SIZE_KEY)
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
