@@ -11,6 +11,7 @@ from pathlib import Path
 
 from orchestrator.errors import LeaseLost, UserError
 from orchestrator.interrupts import Interrupted, raise_on_sigterm
+from trainers.plugins import PluginError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -476,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
             "dashboard": _dashboard,
         }
         return commands[args.command](args)
-    except UserError as err:
+    except (UserError, PluginError) as err:
         print(f"launch-study: error: {err}", file=sys.stderr)
         return 2
     except LeaseLost as err:  # not the user's mistake: another driver holds the study now

@@ -11,6 +11,10 @@ import os
 PLUGINS_ENV = "HEADPRUNE_PLUGINS"
 
 
+class PluginError(ImportError):
+    """A module ``HEADPRUNE_PLUGINS`` names that cannot be imported: a user's mistake, one line."""
+
+
 def plugin_modules() -> list[str]:
     return [name.strip() for name in os.environ.get(PLUGINS_ENV, "").split(",") if name.strip()]
 
@@ -20,5 +24,6 @@ def import_plugins() -> None:
     for name in plugin_modules():
         try:
             importlib.import_module(name)
-        except ImportError as err:
-            raise ImportError(f"{PLUGINS_ENV} names {name!r}, which cannot be imported: {err}") from err
+        except Exception as err:  # its own error, whatever it is: the user's module, not ours
+            reason = f"{type(err).__name__}: {err}"
+            raise PluginError(f"{PLUGINS_ENV} names {name!r}, which cannot be imported ({reason})") from err
