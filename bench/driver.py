@@ -43,7 +43,7 @@ import sqlalchemy as sa
 
 from bench.common import print_json, print_table
 from orchestrator.config import load_study_config
-from orchestrator.execution import DriverTimings
+from orchestrator.execution import DriverTimings, Measurement
 from orchestrator.runner import RunOptions, TuneExecutor, make_scheduler, open_driver, rung_context
 from orchestrator.simulation import MeasuredTrials, SimulatedExecutor, replay_on_worker
 from orchestrator.storage import close_store, front_rows, hold_lease, open_store, read_frontier
@@ -159,12 +159,19 @@ def _run(url: str, sizes: list[int], in_flight: int, seed: int, on_tune: bool = 
         store = open_store(url)
         probe = Probe([store.engine], server=url.startswith("postgresql"))
         with hold_lease(store, opts.study_name, cfg.study.lease_seconds) as lease:
-            driver = open_driver(cfg, opts, store, lease, LAYER_HEADS)
-            driver.timings = DriverTimings(clock=probe.cpu)
-            driver.attach_model = None  # the dashboard's copy of a model: there is no model
+            # no model to attach to the dashboard; the driver timed on the CPU of both processes
+            driver = open_driver(
+                cfg,
+                opts,
+                store,
+                lease,
+                LAYER_HEADS,
+                attach_models=False,
+                timings=DriverTimings(clock=probe.cpu),
+            )
             rungs = tuple(cfg.early_stopping.rungs())
-            driver.rung_context = rung_context(None, rungs, 0)
-            scheduler = make_scheduler(cfg, driver.study, len(rungs), driver.rung_context)
+            driver.measure_under(Measurement(rung_context=rung_context(None, rungs, 0)))
+            scheduler = make_scheduler(cfg, driver.study, len(rungs), driver.measurement.rung_context)
             trial_model = measured_trials()
             if on_tune:
                 executor = TuneExecutor(
@@ -210,15 +217,13 @@ def _measure(driver, scheduler, executor, probe: Probe, sizes: list[int]) -> lis
     size is the trials from 90% of it to it (the first: from 50%)."""
     marks = sorted({int(s * (0.5 if i == 0 else 0.9)) for i, s in enumerate(sizes)} | set(sizes))
     readings: dict[int, tuple[float, float, dict[str, float], int]] = {}
-    finished = driver.on_finished
 
     def on_finished(trial, pushed_off) -> None:
-        finished(trial, pushed_off)
         if driver.n_finished in marks and driver.n_finished not in readings:
             seconds = dict(driver.timings.seconds)
             readings[driver.n_finished] = (time.perf_counter(), probe.cpu(), seconds, probe.statements)
 
-    driver.on_finished = on_finished
+    driver.also_on_finished(on_finished)
     executor.run(driver, scheduler)  # on Tune, its controller and the rung decisions are in "total"
     windows = []
     for i, size in enumerate(sizes):

@@ -17,7 +17,7 @@ import math
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -205,6 +205,50 @@ def error_line(error: Exception | None) -> str:
     return describe_error(error) if error else "the trial's worker failed"
 
 
+@dataclass(frozen=True)
+class DriverPlan:
+    """What a run asks of its driver: how many trials, how many may fail, where their models go,
+    and how the trials after the dense control are chosen."""
+
+    n_trials: int  # COMPLETE and PRUNED: what --n-trials counts, as Optuna's optimize
+    max_failed: int
+    models_dir: str  # <artifacts>/trials/<storage.models_folder>: a folder per trial
+    spread_trials: int = 0  # the first trials after the dense control spread sparsity
+    gap_fill_every: int = 0  # then every N-th fills the front's widest gap
+    warm_start: bool = False  # a trial starts from the front's next larger model (warm_start.py)
+    proposer: Proposer | None = None  # the others, if given, take its point ([study] sampler gp, nsga2)
+    recent_tpe: RecentTPE | None = None  # or, past its window, TPE's on the recent trials (recent_tpe.py)
+    # With a budget of trial CPU seconds (benchmarks at equal compute), no trial starts once the
+    # finished ones' CPU time adds up to it.
+    trial_cpu_seconds_budget: float | None = None
+
+
+@dataclass
+class DriverHooks:
+    """What the driver calls out to: its caller's bookkeeping after each trial, the lease, the
+    dashboard's copy of a model, and the clocks it reads."""
+
+    # Told a finished trial and, when it joined the front, the numbers it pushed off (else None).
+    on_finished: Callable[[FrozenTrial, list[int] | None], None]
+    # Once another driver holds the study, this one neither asks nor tells (its running trials
+    # are the new holder's to resume): see storage.lease.HeldLease.
+    still_leased: Callable[[], bool] = lambda: True
+    # Given a COMPLETE trial on an object store before it is told (Optuna attaches artifacts to
+    # running trials only), with its model's location and digest (artifacts.attach_model).
+    attach_model: Callable[[optuna.Trial, str, str], None] | None = None
+    clock: Callable[[], float] = time.time  # wall seconds of a trial (the executor's: use_clock)
+    timings: DriverTimings = field(default_factory=lambda: DriverTimings())
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What this run's trials are measured under, known once the dense checkpoint is."""
+
+    setup: str | None = None  # config.setup_digest: what a trial's replicates must match
+    dense_weights: str | None = None  # trainers.trial.dense_weights: what a parent was pruned from
+    rung_context: str | None = None  # runner.rung_context: what its rung points compare under
+
+
 class StudyDriver:
     """Keeps the Optuna study and the running trials in step, and the budget of trials. Whatever
     runs the trials (Ray Tune, or ``simulation.SimulatedExecutor``) calls ``next_config`` for a
@@ -217,57 +261,46 @@ class StudyDriver:
         self,
         study: optuna.Study,
         space: SearchSpace,
-        *,
         trials: StudyTrials,
-        n_trials: int,
-        max_failed: int,
-        models_dir: str | Path,
-        on_finished: Callable[[FrozenTrial, list[int] | None], None],
-        spread_trials: int = 0,
-        gap_fill_every: int = 0,
-        warm_start: bool = False,
-        proposer: Proposer | None = None,
-        recent_tpe: RecentTPE | None = None,
-        trial_cpu_seconds_budget: float | None = None,
-        still_leased: Callable[[], bool] = lambda: True,
-        attach_model: Callable[[optuna.Trial, str, str], None] | None = None,
-        clock: Callable[[], float] = time.time,
+        plan: DriverPlan,
+        hooks: DriverHooks,
     ) -> None:
-        self.study, self.space, self.trials = study, space, trials
-        # Once another driver holds the study, this one neither asks nor tells (its running
-        # trials are the new holder's to resume): see storage.HeldLease.
-        self.still_leased = still_leased
+        self.study, self.space, self.trials, self.plan, self.hooks = study, space, trials, plan, hooks
         self.interrupted_by: int | None = None  # the signal that stopped the run (interrupts.py)
-        self.n_trials, self.max_failed = n_trials, max_failed
-        self.spread_trials = spread_trials  # the first trials after the dense control spread sparsity
-        self.gap_fill_every = gap_fill_every  # then every N-th fills the front's widest gap
-        self.warm_start = warm_start  # a trial starts from the front's next larger model (warm_start.py)
-        self.proposer = proposer  # and the others, if given, take its point ([study] sampler gp, nsga2)
-        self.recent_tpe = recent_tpe  # or, past its window, TPE's on the recent trials (recent_tpe.py)
-        # Told a finished trial and, when it joined the front, the numbers it pushed off (else None)
-        self.on_finished = on_finished
-        # Given a COMPLETE trial on an object store before it is told (Optuna attaches artifacts
-        # to running trials only), with its model's location and digest: the model goes to the
-        # dashboard's artifacts (artifacts.attach_model).
-        self.attach_model = attach_model
-        self.clock = clock  # wall seconds of a trial: a simulation's virtual clock
-        self.models_dir = str(models_dir)  # <artifacts>/trials/<storage.models_folder>: a folder per trial
         finished = [trials.trial(n) for n in trials.finished]
         self.n_finished = len(finished)  # COMPLETE and PRUNED: what --n-trials counts, as Optuna's optimize
-        # With a budget of trial CPU seconds (benchmarks at equal compute), no trial starts once
-        # the finished ones' CPU time adds up to it.
-        self.trial_cpu_seconds_budget = trial_cpu_seconds_budget
         self.trial_cpu_seconds = sum(t.user_attrs.get("cpu_seconds", 0.0) for t in finished)
         self.n_failed = 0  # in this run
         # (the scheduler never stops the dense control: a finished one is COMPLETE)
         self.dense_control_pending = not any(t.user_attrs.get("dense_control") for t in finished)
-        self.setup: str | None = None  # config.setup_digest, once the dense checkpoint is known
-        self.rung_context: str | None = None  # runner.rung_context: what its rung points compare under
-        self.dense_weights: str | None = None  # trainers.trial.dense_weights: what a parent was pruned from
+        self.measurement = Measurement()
         self.live: dict[str, optuna.Trial] = {}  # Tune trial id -> Optuna trial
         self.started: dict[str, float] = {}
         self.curves: dict[str, list[list[float]]] = {}  # Tune trial id -> rung reports so far
-        self.timings = DriverTimings()
+        self._also_on_finished: list[Callable[[FrozenTrial, list[int] | None], None]] = []
+
+    @property
+    def n_trials(self) -> int:
+        return self.plan.n_trials
+
+    @property
+    def timings(self) -> DriverTimings:
+        return self.hooks.timings
+
+    def measure_under(self, measurement: Measurement) -> None:
+        """What the trials started from now on are measured under (recorded with each)."""
+        self.measurement = measurement
+
+    def use_clock(self, clock: Callable[[], float]) -> None:
+        """The executor's clock for a trial's wall seconds (a simulation's virtual one)."""
+        self.hooks.clock = clock
+
+    def still_leased(self) -> bool:
+        return self.hooks.still_leased()
+
+    def also_on_finished(self, callback: Callable[[FrozenTrial, list[int] | None], None]) -> None:
+        """Another listener told of each finished trial, after ``hooks.on_finished``."""
+        self._also_on_finished.append(callback)
 
     def interrupt(self, signum: int) -> None:
         """A signal: ask for no more trials; Tune stops the running ones (RunStopper), which
@@ -279,11 +312,15 @@ class StudyDriver:
         return [trial.number for trial in self.live.values()]
 
     def next_config(self, tune_trial_id: str) -> dict | str | None:
-        if not self.still_leased() or self.interrupted_by is not None:
+        if not self.hooks.still_leased() or self.interrupted_by is not None:
             return Searcher.FINISHED
-        if self.n_finished >= self.n_trials or self.n_failed > self.max_failed or self._out_of_budget():
+        if (
+            self.n_finished >= self.plan.n_trials
+            or self.n_failed > self.plan.max_failed
+            or self._out_of_budget()
+        ):
             return Searcher.FINISHED if not self.live else None
-        if self.n_finished + len(self.live) >= self.n_trials:
+        if self.n_finished + len(self.live) >= self.plan.n_trials:
             return None  # enough trials running to reach the budget: wait for them
         # The dense control goes first, unless a retry is waiting (ask() would hand it that one).
         control = self.dense_control_pending and not self.trials.waiting
@@ -301,16 +338,16 @@ class StudyDriver:
             else:
                 hparams = self.space.suggest(trial)
         with self.timings.measure("bookkeeping"):
-            model_dir = join(self.models_dir, str(trial.number))
+            model_dir = join(self.plan.models_dir, str(trial.number))
             attrs |= {"hparams": hparams, "model_dir": model_dir}
             parent, parent_dir, parent_sha256 = None, "", ""
-            if self.warm_start:
+            if self.plan.warm_start:
                 parent = parent_for(
                     distinct(self.trials.front_trials()),
                     hparams,
-                    setup=self.setup,
-                    dense_weights=self.dense_weights,
-                    remote=is_remote(self.models_dir),
+                    setup=self.measurement.setup,
+                    dense_weights=self.measurement.dense_weights,
+                    remote=is_remote(self.plan.models_dir),
                 )
             if parent is not None:
                 parent_dir = parent.user_attrs["model_dir"]
@@ -319,13 +356,13 @@ class StudyDriver:
             self.trials.set_attrs(trial.number, attrs)
             frozen, _ = self.trials.update(trial.number)  # a retry's retry_of, counted as asked
         self.live[tune_trial_id] = trial
-        self.started[tune_trial_id] = self.clock()
+        self.started[tune_trial_id] = self.hooks.clock()
         target = f" sparsity {hparams['sparsity']:.2f}" if "sparsity" in hparams else ""
         source = f" from trial {parent.number}" if parent is not None else ""
         say(f"trial {trial.number}: started  {hparams['method']}{target}{source}")
         # A retry of a trial whose driver died resumes from that trial's checkpoint, if it left one.
         retry_of = frozen.user_attrs.get("retry_of")
-        resume = [model_dir] + ([join(self.models_dir, str(retry_of))] if retry_of is not None else [])
+        resume = [model_dir] + ([join(self.plan.models_dir, str(retry_of))] if retry_of is not None else [])
         return {
             "optuna_trial": trial.number,
             "hparams": hparams,
@@ -336,7 +373,7 @@ class StudyDriver:
         }
 
     def _out_of_budget(self) -> bool:
-        budget = self.trial_cpu_seconds_budget
+        budget = self.plan.trial_cpu_seconds_budget
         return budget is not None and self.trial_cpu_seconds >= budget
 
     def _enqueue_spread(self) -> None:
@@ -353,14 +390,14 @@ class StudyDriver:
         # (and, with methods in turn, give the next method's turn to the one after it).
         index = self.trials.searched
         attrs = None
-        if index < self.spread_trials:
+        if index < self.plan.spread_trials:
             point = self.space.start_point(index)
-        elif self.gap_fill_every and (index - self.spread_trials) % self.gap_fill_every == 0:
+        elif self.plan.gap_fill_every and (index - self.plan.spread_trials) % self.plan.gap_fill_every == 0:
             point = self._gap_fill()
-        elif self.proposer is not None:
-            point, attrs = self.proposer(self.trials.all()), {"proposed_by": self.proposer.name}
-        elif self.recent_tpe is not None and (point := self.recent_tpe(self.trials)) is not None:
-            attrs = {"proposed_by": self.recent_tpe.name}
+        elif self.plan.proposer is not None:
+            point, attrs = self.plan.proposer(self.trials.all()), {"proposed_by": self.plan.proposer.name}
+        elif self.plan.recent_tpe is not None and (point := self.plan.recent_tpe(self.trials)) is not None:
+            attrs = {"proposed_by": self.plan.recent_tpe.name}
         else:
             point = None
         if point is not None:
@@ -378,7 +415,7 @@ class StudyDriver:
 
     def note_retry(self, tune_trial_id: str, error: Exception | None) -> None:
         trial = self.live.get(tune_trial_id)
-        if trial is not None and self.still_leased():
+        if trial is not None and self.hooks.still_leased():
             retries = self.trials.trial(trial.number).user_attrs.get("worker_retries", 0) + 1
             self.trials.set_attrs(
                 trial.number, {"worker_retries": retries, "last_worker_error": error_line(error)}
@@ -388,7 +425,7 @@ class StudyDriver:
         """A rung report: the trial's learning curve so far, kept on the Optuna trial (the
         dashboard shows it; a resumed driver seeds the scheduler's pools with it)."""
         trial = self.live.get(tune_trial_id)
-        if trial is not None and RUNG_KEY in result and self.still_leased():
+        if trial is not None and RUNG_KEY in result and self.hooks.still_leased():
             with self.timings.measure("bookkeeping"):
                 point = [result[RUNG_KEY], result["finetune_step"], result["val_perplexity"]]
                 # A worker restarted by Tune reports its rungs again: the new report replaces the old.
@@ -400,7 +437,7 @@ class StudyDriver:
                         "curve": self.curves[tune_trial_id],
                         "n_params": result["n_params"],
                         "rung_tokens": result.get("rung_tokens"),
-                        "rung_context": self.rung_context,
+                        "rung_context": self.measurement.rung_context,
                     },
                 )
 
@@ -425,13 +462,15 @@ class StudyDriver:
         if self.interrupted_by is not None and not (result and RESULT_KEY in result):
             return  # stopped by the interrupt, not finished: the runner asks for it again
         trial = self.live.pop(tune_trial_id, None)
-        if trial is None or not self.still_leased():
+        if trial is None or not self.hooks.still_leased():
             return
         with self.timings.measure("bookkeeping"):
-            self._finish(trial, self.clock() - self.started.pop(tune_trial_id), result, error)
+            self._finish(trial, self.hooks.clock() - self.started.pop(tune_trial_id), result, error)
             self.curves.pop(tune_trial_id, None)
             told, pushed_off = self.trials.update(trial.number)
-        self.on_finished(told, pushed_off)
+        self.hooks.on_finished(told, pushed_off)
+        for listener in self._also_on_finished:
+            listener(told, pushed_off)
 
     def _finish(self, trial: optuna.Trial, seconds: float, result: dict | None, error: str | None) -> None:
         """Record and tell one finished trial: stopped at a rung, failed, or COMPLETE."""
@@ -457,16 +496,16 @@ class StudyDriver:
             # What a warm start needs to choose this model as a parent, without reading it
             # (orchestrator/warm_start.py): its weights' digest, and the dense model it came from.
             "model_sha256": outcome.get("model_sha256"),
-            "dense_weights": self.dense_weights,
+            "dense_weights": self.measurement.dense_weights,
             "wall_seconds": seconds,
             "node_id": result.get("node_id", ""),
         }
-        if self.setup is not None:  # what its replicates must match
-            attrs["setup"] = self.setup
+        if self.measurement.setup is not None:  # what its replicates must match
+            attrs["setup"] = self.measurement.setup
         self.trials.set_attrs(trial.number, attrs)
         model_dir = self.trials.trial(trial.number).user_attrs["model_dir"]
-        if self.attach_model is not None and is_remote(model_dir):
-            self.attach_model(trial, model_dir, outcome.get("model_sha256") or "")
+        if self.hooks.attach_model is not None and is_remote(model_dir):
+            self.hooks.attach_model(trial, model_dir, outcome.get("model_sha256") or "")
         self.trial_cpu_seconds += outcome["cpu_seconds"]
         self.study.tell(trial, values)
         self.n_finished += 1

@@ -35,6 +35,10 @@ from orchestrator.config import CORPUS_FILES, StudyConfig, setup_digest, user_mo
 from orchestrator.early_stopping import ParetoHalving, ParetoHalvingScheduler
 from orchestrator.errors import UserError
 from orchestrator.execution import (
+    DriverHooks,
+    DriverPlan,
+    DriverTimings,
+    Measurement,
     Proposer,
     RunStopper,
     Stoppable,
@@ -368,11 +372,19 @@ def run_study(cfg: StudyConfig, opts: RunOptions) -> RunSummary:
 
 
 def open_driver(
-    cfg: StudyConfig, opts: RunOptions, store: StudyStore, lease: HeldLease, layer_heads: list[int]
+    cfg: StudyConfig,
+    opts: RunOptions,
+    store: StudyStore,
+    lease: HeldLease,
+    layer_heads: list[int],
+    *,
+    attach_models: bool = True,
+    timings: DriverTimings | None = None,
 ) -> StudyDriver:
     """The study, opened or created with its sampler, orphans of a dead driver failed and asked
     for again, and its driver: what ``launch-study run`` does before any trial, and what
-    ``bench.driver`` drives with a simulated executor."""
+    ``bench.driver`` drives with a simulated executor (which has no models to attach to the
+    dashboard, and times the driver on its own clock)."""
     space = cfg.search.for_model(layer_heads)  # the start-up: one new head count per trial
     startup = startup_trials(cfg, opts.n_trials, space)
     seed = _search_seed(cfg, store, opts.study_name)
@@ -393,14 +405,10 @@ def open_driver(
     kept = DriverStorage(store.storage, store.engine)
     study = optuna.load_study(study_name=study.study_name, storage=kept, sampler=sampler)
     after_trial = AfterTrial(store, study)
-    driver = StudyDriver(
-        study,
-        space,
-        trials=StudyTrials(kept, study.study_name),
+    plan = DriverPlan(
         n_trials=opts.n_trials,
         max_failed=cfg.study.max_failed_trials,
         models_dir=join(opts.artifacts, "trials", models_folder(study)),
-        on_finished=lambda trial, pushed_off: after_trial(driver, trial, pushed_off),
         spread_trials=startup,
         gap_fill_every=cfg.study.gap_fill_every,
         warm_start=cfg.study.warm_start,
@@ -415,9 +423,18 @@ def open_driver(
         if cfg.study.sampler.startswith("tpe")
         else None,
         trial_cpu_seconds_budget=opts.trial_cpu_seconds_budget,
-        still_leased=lease.held,
-        attach_model=lambda trial, model_dir, digest: _attach_model(trial, opts.artifacts, model_dir, digest),
     )
+    hooks = DriverHooks(
+        on_finished=lambda trial, pushed_off: after_trial(driver, trial, pushed_off),
+        still_leased=lease.held,
+        attach_model=(
+            (lambda trial, model_dir, digest: _attach_model(trial, opts.artifacts, model_dir, digest))
+            if attach_models
+            else None
+        ),
+        timings=timings or DriverTimings(),
+    )
+    driver = StudyDriver(study, space, StudyTrials(kept, study.study_name), plan, hooks)
     return driver
 
 
@@ -440,16 +457,17 @@ def _run_leased(
         )
         # What the trials of this run are measured under, stored together (a run that trains
         # nothing changes none of them): the configuration, the dense checkpoint, their digest.
-        driver.setup = setup_digest(cfg, dense.val_perplexity)
-        driver.dense_weights = dense_weights(dense)
+        setup = setup_digest(cfg, dense.val_perplexity)
+        trial_setup = TrialSetup(corpus, dense, cfg.budget, cfg.study.seed)
+        driver.measure_under(
+            Measurement(setup, dense_weights(dense), rung_context(setup, *rung_plan(cfg, trial_setup)))
+        )
         study.set_user_attr("config", cfg.raw)
         study.set_user_attr("dense_val_perplexity", dense.val_perplexity)
-        study.set_user_attr("setup", driver.setup)
+        study.set_user_attr("setup", setup)
         if dense.bits_per_byte is not None:
             study.set_user_attr("dense_bits_per_byte", dense.bits_per_byte)
-        _search(
-            cfg, opts, driver, TrialSetup(corpus, dense, cfg.budget, cfg.study.seed), dense_ref(opts, dense)
-        )
+        _search(cfg, opts, driver, trial_setup, dense_ref(opts, dense))
         lease.check()  # a driver that lost the study writes no front: the holder does
         save_note(study, study_front_note(study, replicated(store, study)))  # its counts, current
         if driver.interrupted_by is not None:
@@ -575,6 +593,12 @@ def _best_so_far(control: optuna.trial.FrozenTrial | None, front: list[optuna.tr
     return f", smallest within 2% of dense: {int(best.values[1]):,} params (trial {best.number})"
 
 
+def rung_plan(cfg: StudyConfig, setup: TrialSetup) -> tuple[tuple[float, ...], int]:
+    """The rungs (fractions of the fine-tuning budget) and the validation tokens each scores."""
+    rungs = tuple(cfg.early_stopping.rungs())
+    return rungs, rung_windows(evaluation_windows(setup), cfg.early_stopping.eval_tokens)[1].numel()
+
+
 def rung_context(setup: str | None, rungs: tuple[float, ...], rung_tokens: int) -> str:
     """What a rung's point was measured under: the trial setup (``config.setup_digest``), the
     rungs' fractions and the tokens they score. Points under another (a study resumed with
@@ -650,9 +674,7 @@ def _search(
 ) -> None:
     """The study's trials on Ray Tune, each rung scored on the same windows of the text."""
     rungs = tuple(cfg.early_stopping.rungs())
-    rung_tokens = rung_windows(evaluation_windows(setup), cfg.early_stopping.eval_tokens)[1].numel()
-    driver.rung_context = rung_context(driver.setup, rungs, rung_tokens)
-    scheduler = make_scheduler(cfg, driver.study, len(rungs), driver.rung_context)
+    scheduler = make_scheduler(cfg, driver.study, len(rungs), driver.measurement.rung_context)
     trainable = partial(
         train_on_worker,
         setup=setup,

@@ -106,7 +106,7 @@ class SimulatedExecutor:
         running: dict[str, _Running] = {}
         ids = itertools.count()
         now, asking = 0.0, True
-        driver.clock = lambda: now  # a trial's wall seconds are virtual ones
+        driver.use_clock(lambda: now)  # a trial's wall seconds are virtual ones
         while True:
             while asking and len(running) < self.in_flight and not stopper.stop_all():
                 trial_id = f"sim_{next(ids):06d}"

@@ -27,9 +27,10 @@ LAUNCH_STUDY = Path(sys.executable).parent / "launch-study"
 
 def default_study_driver(tmp_path: Path, **options):
     """A ``StudyDriver`` on the default study's search space and a seeded TPE sampler, asked and
-    told directly (no Tune): ``options`` are the driver's start-up settings."""
+    told directly (no Tune): ``options`` are its plan's settings (``execution.DriverPlan``) and
+    ``still_leased``."""
     from orchestrator.config import load_study_config
-    from orchestrator.execution import StudyDriver
+    from orchestrator.execution import DriverHooks, DriverPlan, StudyDriver
     from orchestrator.runner import make_sampler
     from orchestrator.storage.driver import DriverStorage
     from orchestrator.study_trials import StudyTrials
@@ -42,16 +43,11 @@ def default_study_driver(tmp_path: Path, **options):
         directions=["minimize", "minimize"],
         sampler=make_sampler("tpe", seed=0, startup=options.pop("startup")),
     )
-    return StudyDriver(
-        study,
-        space,
-        trials=StudyTrials(storage, study.study_name),
-        n_trials=options.pop("n_trials", 12),
-        max_failed=0,
-        models_dir=tmp_path,
-        on_finished=lambda trial, pushed_off: None,
-        **options,
-    )
+    hooks = DriverHooks(on_finished=lambda trial, pushed_off: None)
+    if "still_leased" in options:
+        hooks.still_leased = options.pop("still_leased")
+    plan = DriverPlan(n_trials=options.pop("n_trials", 12), max_failed=0, models_dir=str(tmp_path), **options)
+    return StudyDriver(study, space, StudyTrials(storage, study.study_name), plan, hooks)
 
 
 def tiny_trial_setup(tmp_path, text, prune_steps: int, finetune_steps: int, n_head: int = 2):

@@ -8,7 +8,7 @@ from helpers import SMOKE
 
 import orchestrator.execution as execution
 from orchestrator.config import load_study_config
-from orchestrator.execution import ERROR_KEY, StudyDriver, train_on_worker
+from orchestrator.execution import ERROR_KEY, DriverHooks, DriverPlan, StudyDriver, train_on_worker
 from orchestrator.report import format_status, study_status
 from orchestrator.storage import open_store
 from orchestrator.storage.driver import DriverStorage
@@ -64,15 +64,9 @@ def test_the_driver_records_the_cause_and_status_shows_it(tmp_path):
     store = open_store(f"sqlite:///{tmp_path}/f.db")
     storage = DriverStorage(store.storage, store.engine)
     study = optuna.create_study(study_name="f", storage=storage, directions=["minimize", "minimize"])
-    driver = StudyDriver(
-        study,
-        cfg.search,
-        trials=StudyTrials(storage, "f"),
-        n_trials=3,
-        max_failed=5,
-        models_dir=tmp_path,
-        on_finished=lambda trial, pushed_off: None,
-    )
+    plan = DriverPlan(n_trials=3, max_failed=5, models_dir=str(tmp_path))
+    hooks = DriverHooks(on_finished=lambda trial, pushed_off: None)
+    driver = StudyDriver(study, cfg.search, StudyTrials(storage, "f"), plan, hooks)
     driver.next_config("t0")
     driver.finish("t0", {ERROR_KEY: "RuntimeError: Torch not compiled with CUDA enabled"}, None)
     (trial,) = study.get_trials()

@@ -11,6 +11,7 @@ import optuna
 import pytest
 from helpers import HEADS, n_params, per_layer, tiny_trial_setup, worker_result
 
+from orchestrator.execution import Measurement
 from orchestrator.front_gaps import front_of
 from orchestrator.warm_start import parent_for
 from trainers.export import CONFIG, WEIGHTS, load_model
@@ -113,7 +114,7 @@ def test_the_driver_hands_a_trial_its_parent_and_records_it(tmp_path):
     from helpers import default_study_driver
 
     driver = default_study_driver(tmp_path, startup=4, spread_trials=3, warm_start=True)
-    driver.dense_weights = "d"  # as the runner sets it
+    driver.measure_under(Measurement(dense_weights="d"))  # as the runner does
     configs = {}
 
     def run(name: str, ppl: float, driver=driver) -> dict:
