@@ -44,7 +44,8 @@ import sqlalchemy as sa
 from bench.common import print_json, print_table
 from orchestrator.config import load_study_config
 from orchestrator.execution import DriverTimings, Measurement
-from orchestrator.runner import RunOptions, TuneExecutor, make_scheduler, open_driver, rung_context
+from orchestrator.runner import TuneExecutor, make_scheduler, open_driver, rung_context
+from orchestrator.session import RunOptions
 from orchestrator.simulation import MeasuredTrials, SimulatedExecutor, replay_on_worker
 from orchestrator.storage import close_store, front_rows, hold_lease, open_store, read_frontier
 

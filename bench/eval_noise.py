@@ -44,7 +44,7 @@ import torch
 
 from bench.common import print_json, print_table
 from orchestrator.config import load_study_config
-from orchestrator.runner import prepare_inputs, study_dense_checkpoint
+from orchestrator.inputs import prepare_inputs, study_dense_checkpoint
 from trainers.data import eval_windows, rung_windows
 from trainers.export import load_model
 from trainers.hparams import TrialBudget, TrialHParams

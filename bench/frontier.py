@@ -83,10 +83,12 @@ from ray.tune.stopper import Stopper
 from bench.common import print_json, print_table
 from orchestrator.config import SAMPLERS, load_study_config
 from orchestrator.frontier import pareto_front
+from orchestrator.inputs import prepare_inputs, study_dense_checkpoint
 from orchestrator.records import perplexity_ratio
 from orchestrator.report import normalised_hypervolume
-from orchestrator.runner import RunOptions, prepare_inputs, run_study, startup_trials, study_dense_checkpoint
+from orchestrator.runner import run_study, startup_trials
 from orchestrator.search_space import Range, SearchSpace
+from orchestrator.session import RunOptions
 from trainers.gates import heads_to_keep
 from trainers.hparams import TrialHParams
 from trainers.reference import MatchedReference

@@ -21,7 +21,9 @@ import torch
 
 from bench.common import print_json, print_table
 from orchestrator.config import load_study_config
-from orchestrator.runner import RunOptions, prepare_inputs, run_study
+from orchestrator.inputs import prepare_inputs
+from orchestrator.runner import run_study
+from orchestrator.session import RunOptions
 from trainers.hparams import TrialHParams
 from trainers.pretrain import ensure_dense_checkpoint
 from trainers.trial import TrialSetup, run_trial

@@ -22,7 +22,8 @@ import optuna
 from bench.common import print_json, print_table
 from bench.overhead import span_and_compute
 from orchestrator.config import load_study_config
-from orchestrator.runner import RunOptions, run_study
+from orchestrator.runner import run_study
+from orchestrator.session import RunOptions
 
 REPO = Path(__file__).resolve().parent.parent
 # One trial, repeated: the default study's l0_target trial at half the heads.

@@ -154,7 +154,7 @@ def measure_cost_ratio(short_steps: tuple[int, int], long_steps: tuple[int, int]
 
     from bench.frontier import STUDY, timed_trial
     from orchestrator.config import load_study_config
-    from orchestrator.runner import prepare_inputs, study_dense_checkpoint
+    from orchestrator.inputs import prepare_inputs, study_dense_checkpoint
     from trainers.hparams import TrialHParams
     from trainers.trial import TrialSetup
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import signal
 import sys
 from pathlib import Path
@@ -185,10 +184,9 @@ def _study_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _open_study(args: argparse.Namespace):
     """The study to read (status, export): its database must exist, nothing is created."""
-    from orchestrator.storage import load_existing_study, open_store, resolve_url
+    from orchestrator import open_study
 
-    store = open_store(resolve_url(args.storage, args.study_name), create=False)
-    return store, load_existing_study(store, args.study_name)
+    return open_study(args.study_name, args.storage)
 
 
 def _storage_url(args: argparse.Namespace) -> str:
@@ -208,38 +206,31 @@ def _positive(name: str, value: int | None) -> int | None:
     return value
 
 
-def _study_and_options(args: argparse.Namespace, n_trials: int | None = None):
-    """The study file with its --set values, and the options of a command that runs trials."""
-    from orchestrator.config import load_study_config
-    from orchestrator.runner import RunOptions
-
-    cfg = load_study_config(args.study_file, args.overrides)
-    return cfg, RunOptions.for_study(
-        cfg,
-        storage=args.storage,
-        study_name=args.study_name,
-        n_trials=n_trials,
-        max_concurrent=_positive("--max-concurrent", getattr(args, "max_concurrent", None)),
-        artifacts=args.artifacts,
-        output=args.output,
-        ray_address=getattr(args, "ray_address", None),
-    )
+def _options(args: argparse.Namespace) -> dict:
+    """The options of a command that trains for a study (``RunOptions.for_study``'s keywords)."""
+    return {
+        "overrides": args.overrides,
+        "storage": args.storage,
+        "study_name": args.study_name,
+        "max_concurrent": _positive("--max-concurrent", getattr(args, "max_concurrent", None)),
+        "artifacts": args.artifacts,
+        "output": args.output,
+        "ray_address": getattr(args, "ray_address", None),
+    }
 
 
 def _run(args: argparse.Namespace) -> int:
-    from orchestrator.runner import run_study
+    from orchestrator import run_study
 
-    cfg, opts = _study_and_options(args, n_trials=_positive("--n-trials", args.n_trials))
-    summary = run_study(cfg, opts)
+    summary = run_study(args.study_file, n_trials=_positive("--n-trials", args.n_trials), **_options(args))
     print(summary.csv)
     return 0
 
 
 def _replicate(args: argparse.Namespace) -> int:
-    from orchestrator.replicates import replicate_front
+    from orchestrator import replicate_study
 
-    cfg, opts = _study_and_options(args)
-    summary = replicate_front(cfg, opts, args.seeds)
+    summary = replicate_study(args.study_file, args.seeds, **_options(args))
     print(summary.csv)
     if summary.failed:  # not the user's mistake: what was recorded is in the CSV, a rerun retries
         print(
@@ -252,10 +243,9 @@ def _replicate(args: argparse.Namespace) -> int:
 
 
 def _reference(args: argparse.Namespace) -> int:
-    from orchestrator.references import matched_references
+    from orchestrator import reference_study
 
-    cfg, opts = _study_and_options(args)
-    summary = matched_references(cfg, opts, args.eval_every)
+    summary = reference_study(args.study_file, args.eval_every, **_options(args))
     for line in summary.skipped:
         print(f"launch-study: no reference for {line}", file=sys.stderr)
     print(summary.csv)
@@ -263,10 +253,7 @@ def _reference(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from orchestrator.export import study_table, to_json, write_table
-    from orchestrator.preflight import check_not_an_input, check_writable_file
-    from orchestrator.report import check_plot_format, plot_front, plot_paths
-    from orchestrator.storage import sqlite_database
+    from orchestrator import export_study
 
     suffix = args.output.suffix.lower().lstrip(".") if args.output else ""
     if args.format and suffix in ("csv", "json") and suffix != args.format:
@@ -274,163 +261,32 @@ def _export(args: argparse.Namespace) -> int:
             f"--format {args.format} with --output {args.output}: name a .{args.format} file, "
             "or drop --format"
         )
-    fmt = args.format or ("json" if suffix == "json" else "csv")
     store, study = _open_study(args)  # reads only
-    # Every file it will write, checked before the first is: none may be the database it reads.
-    database = {"SQLite database": sqlite_database(store.url)}
-    targets = [("--output", args.output)] if args.output else []
-    if args.plot:
-        check_plot_format(args.plot)
-        targets += [("--plot", path) for path in plot_paths(args.plot)]
-    for i, (what, path) in enumerate(targets):
-        check_writable_file(what, path)
-        check_not_an_input(what, path, database)
-        for other, earlier in targets[:i]:
-            if path.resolve() == earlier.resolve():
-                raise UserError(f"{what} writes {path}, which {other} names too: choose another file")
-    frame = study_table(store, study, everything=args.all)
-    if args.output:  # the data in the file; what was written, on stderr like every other note
-        print(write_table(frame, args.output, fmt), file=sys.stderr)
-    elif fmt == "json":
-        print(to_json(frame))
-    else:
-        frame.to_csv(sys.stdout, index=False)
-    if args.plot:
-        for path in plot_front(study, args.plot):
-            print(f"plot: {path}", file=sys.stderr)
+    fmt = args.format or ("json" if suffix == "json" else "csv")
+    export_study(store, study, output=args.output, fmt=fmt, plot=args.plot, everything=args.all)
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
-    from orchestrator.export import replicated
-    from orchestrator.report import format_status, study_status
+    from orchestrator import study_status
 
-    store, study = _open_study(args)
-    print(format_status(study_status(study, replicated(store, study))))
+    print(study_status(*_open_study(args)))
     return 0
 
 
 def _export_model(args: argparse.Namespace) -> int:
-    import shutil
-
-    from optuna.trial import TrialState
-
-    from orchestrator.artifacts import fetch, is_remote
-    from orchestrator.preflight import check_not_an_input, check_writable_folder
-    from orchestrator.storage import sqlite_database
-    from trainers.export import CorruptModel, UnverifiedModel, load_model, read_config
-    from trainers.families import family
+    from orchestrator import export_trial_model
 
     store, study = _open_study(args)
-    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
-    trial = trials.get(args.trial)
-    if trial is None:
-        raise UserError(f"study {args.study_name!r} has no trial {args.trial}")
-    if trial.state != TrialState.COMPLETE:
-        raise UserError(f"trial {args.trial} of {args.study_name!r} is {trial.state.name}, not COMPLETE")
-    recorded = trial.user_attrs.get("model_dir")
-    if recorded and is_remote(recorded):  # downloaded into this machine's cache, checked there
-        try:
-            source = fetch(recorded, trial.user_attrs.get("model_sha256"))
-        except CorruptModel as err:
-            raise UserError(f"trial {args.trial}'s model cannot be exported: {err}") from None
-        except OSError as err:
-            raise UserError(f"trial {args.trial}'s model: {recorded}: {err}") from None
-    else:
-        source = Path(recorded).resolve() if recorded else None
-    if source is None or not source.is_dir():
-        raise UserError(f"trial {args.trial}'s model is not on this machine (looked in {recorded or '-'})")
-    try:
-        try:
-            model, tokenizer = load_model(source)  # checksums, then the weights themselves
-        except UnverifiedModel:  # a trial of an earlier version: exported, with a word about it
-            print(
-                f"launch-study: warning: trial {args.trial}'s model has no checksums to verify",
-                file=sys.stderr,
-            )
-            model, tokenizer = load_model(source, verify=False)  # its weights may still be broken
-    except CorruptModel as err:
-        raise UserError(f"trial {args.trial}'s model cannot be exported: {err}") from None
-    # A study made before model folders took a suffix of their own (storage.models_folder) shares
-    # its folder with any study of its name run with the same --artifacts: check it is this trial's.
-    saved = read_config(source, verify=False).get("val_perplexity")
-    if saved is not None and not math.isclose(saved, trial.values[0], rel_tol=1e-9):
-        raise UserError(
-            f"trial {args.trial}'s folder {source} holds another model (perplexity {saved:.4f}, the "
-            f"trial's {trial.values[0]:.4f}): a study of this name elsewhere wrote it since"
-        )
-    output = args.output.resolve()
-    database = sqlite_database(store.url)
-    check_not_an_input("--output", output, {"study's database": database, "trial's own folder": source})
-    # the export is staged beside the folder, then renamed into place: its parent must be writable
-    check_writable_folder("--output", output.parent, shown=args.output)
-    # Copied beside the target, then swapped in: an export cut short leaves the old folder whole.
-    staging, backup = output.with_name(f".{output.name}.partial"), output.with_name(f".{output.name}.old")
-    if backup.is_dir() and not output.exists():  # a swap killed between its two renames
-        backup.rename(output)  # the old export comes back, and is judged as any other below
-    if output.exists() and not output.is_dir():
-        raise UserError(f"--output {args.output} is a file; export-model writes a folder")
-    if output.is_dir() and any(output.iterdir()) and not args.force:
-        raise UserError(f"--output {args.output} is not empty; --force replaces it whole")
-    for leftover in (staging, backup):
-        shutil.rmtree(leftover, ignore_errors=True)
-    family(model.cfg.family).export(model, tokenizer, source, staging)  # its own format, or as saved
-    if output.exists():
-        output.rename(backup)
-    staging.rename(output)
-    shutil.rmtree(backup, ignore_errors=True)
-    output = args.output
-    print(output)
+    export_trial_model(store, study, args.trial, args.output, force=args.force)
+    print(args.output)
     return 0
 
 
 def _dashboard(args: argparse.Namespace) -> int:
-    """optuna-dashboard's public WSGI app on wsgiref's server, as optuna-dashboard's own command
-    serves it: a thread per request. The main thread then only waits for connections, so SIGTERM
-    (raised there as ``Interrupted``) or Ctrl-C always ends ``serve_forever``. With bottle's
-    one-thread server (``run_server``, until December 2026) a signal that came during a request
-    was swallowed by wsgiref's handler (it catches everything and answers 500) and the dashboard
-    ran on; and a client that connected and sent nothing held the only thread."""
-    import errno
-    import socket
-    from socketserver import ThreadingMixIn
-    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+    from orchestrator.dashboard import serve_dashboard
 
-    from optuna_dashboard import wsgi
-
-    from orchestrator.artifacts import TrialArtifacts, check_root, parse_root
-    from orchestrator.storage import open_store
-
-    class Server(ThreadingMixIn, WSGIServer):
-        address_family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-        daemon_threads = True  # a request in hand does not keep the process alive
-        block_on_close = False
-
-        def handle_error(self, request, client_address) -> None:
-            # A connection that dropped, or that the stopping server closed under a thread still
-            # reading it (EBADF, seen in CI after SIGTERM), is not worth a traceback.
-            error = sys.exc_info()[1]
-            if not (isinstance(error, ConnectionError) or getattr(error, "errno", None) == errno.EBADF):
-                super().handle_error(request, client_address)
-
-    class QuietHandler(WSGIRequestHandler):
-        """No line per request: the page polls every few seconds (errors are still printed)."""
-
-        def log_request(self, code="-", size="-") -> None:
-            pass
-
-    root = parse_root(args.artifacts)
-    check_root(root, write=False)  # a store that does not answer: one line, before serving
-    store = open_store(_storage_url(args), create=False)
-    app = wsgi(store.storage, artifact_store=TrialArtifacts(root))
-    try:
-        server = make_server(args.host, args.port, app, Server, QuietHandler)
-    except (OSError, OverflowError) as err:  # the port taken or out of range, an address not ours
-        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-        raise UserError(f"--host {args.host} --port {args.port}: cannot listen there ({reason})") from None
-    with server:
-        print(f"optuna-dashboard on {store.safe_url}: http://{args.host}:{args.port}/", file=sys.stderr)
-        server.serve_forever()
+    serve_dashboard(_storage_url(args), args.artifacts, args.host, args.port)
     return 0
 
 

@@ -14,11 +14,9 @@ from pathlib import Path
 
 from orchestrator.config import StudyConfig
 from orchestrator.errors import UserError
-from orchestrator.export import study_table, write_table
 from orchestrator.progress import say
 from orchestrator.records import REFERENCES_ATTR, TrialRecord, dense_control, on_one_split
-from orchestrator.replicates import open_ran_study, study_trial_setup
-from orchestrator.runner import RunOptions, corpus_cache, prepare_inputs
+from orchestrator.session import RunOptions, StudySession
 from orchestrator.storage import complete_trials, front_rows
 from trainers.reference import MatchedReference, check_lineage
 from trainers.trial import lineage_steps
@@ -39,7 +37,8 @@ def matched_references(cfg: StudyConfig, opts: RunOptions, eval_every: int = 50)
     measures as the study did, the front has points, the dense checkpoint is the one it pruned."""
     if eval_every < 1:
         raise UserError(f"--eval-every must be at least 1, got {eval_every}")
-    store, study, _, setup = open_ran_study(cfg, opts)
+    session = StudySession.to_revisit(cfg, opts)
+    study, setup = session.study, session.setup
     front = front_rows(study)
     if not front:
         raise UserError(f"study {opts.study_name!r} has no front (no complete trial)")
@@ -56,8 +55,7 @@ def matched_references(cfg: StudyConfig, opts: RunOptions, eval_every: int = 50)
             skipped.append(f"trial {number}: {err}")
     if not lineages:
         raise UserError(f"study {opts.study_name!r}: no front point records its lineage ({skipped[0]})")
-    corpus, model_cfg = prepare_inputs(cfg, cache_dir=corpus_cache(opts.artifacts))
-    trial_setup = study_trial_setup(cfg, opts, study, corpus, model_cfg)
+    trial_setup = session.revisited_setup()
     say(
         f"study {opts.study_name!r}: matched references for {len(lineages)} points, "
         f"{sum(map(lineage_steps, lineages.values())):,} steps of lineage"
@@ -80,6 +78,6 @@ def matched_references(cfg: StudyConfig, opts: RunOptions, eval_every: int = 50)
     if study.user_attrs.get("setup") is None:  # a study of an earlier version: so that exports read these
         study.set_user_attr("setup", setup)
     study.set_user_attr(REFERENCES_ATTR, {"setup": setup, "eval_every": eval_every, "points": points})
-    csv = write_table(study_table(store, study), opts.output_csv)
+    csv = session.write_front(study)
     say(f"Pareto front with each point's matched reference -> {csv}")
     return ReferenceSummary(csv, len(points), skipped)

@@ -30,37 +30,21 @@ from ray.tune import Callback
 
 from orchestrator.artifacts import ModelRef, exists, is_remote
 from orchestrator.config import (
-    EXECUTION_ONLY,
-    MEASUREMENT_SECTIONS,
     StudyConfig,
-    config_from_raw,
-    measurement_settings,
-    setup_digest,
 )
 from orchestrator.errors import UserError
 from orchestrator.execution import ERROR_KEY, RESULT_KEY, error_line, train_on_worker
-from orchestrator.export import replicated, study_table, write_table
+from orchestrator.export import replicated
 from orchestrator.interrupts import Interrupted
-from orchestrator.progress import PhaseProgress, say
+from orchestrator.on_tune import dense_ref, fit_on_tune, ray_session
+from orchestrator.progress import say
 from orchestrator.records import TrialRecord, dense_control, measured_elsewhere
 from orchestrator.report import study_front_note
-from orchestrator.runner import (
-    RunOptions,
-    corpus_cache,
-    dense_ref,
-    fit_on_tune,
-    preflight,
-    prepare_inputs,
-    ray_session,
-    study_dense_checkpoint,
-)
+from orchestrator.session import RunOptions, StudySession
 from orchestrator.storage import (
     ReplicateResult,
     StudyStore,
     front_rows,
-    hold_lease,
-    load_existing_study,
-    open_store,
     read_replicates,
     record_replicate,
     redact_command,
@@ -161,33 +145,6 @@ def check_parents(jobs: list[Job]) -> None:
             )
 
 
-def check_same_setup(stored: dict, cfg: StudyConfig, study_name: str) -> None:
-    """The study file (with its --set values) measures trials as the study did: its
-    ``config.measurement_settings`` equal those of the configuration the study stored (a
-    replicate from a file that differs in one would not measure the same point). Paths are
-    compared as written (the dense checkpoint's score catches another corpus at the same path).
-    A stored configuration this version cannot read (a key since removed) is compared as
-    written, section by section."""
-    try:
-        ran, here = measurement_settings(config_from_raw(cfg.source, stored)), measurement_settings(cfg)
-    except UserError:
-        sections = (*MEASUREMENT_SECTIONS, "study")
-        ran = {section: dict(stored.get(section, {})) for section in sections}
-        here = {section: dict(cfg.raw.get(section, {})) for section in sections}
-        for values in (ran, here):
-            values["study"] = {"seed": values["study"].get("seed", 0)}
-            for section, key in EXECUTION_ONLY:
-                values[section].pop(key, None)
-    for section, values in here.items():
-        for key in {**ran[section], **values}:
-            mine, theirs = values.get(key, "(not set)"), ran[section].get(key, "(not set)")
-            if mine != theirs:
-                raise UserError(
-                    f"[{section}] {key} is {mine!r} here but {theirs!r} in the run of study "
-                    f"{study_name!r}: replicate with the study file (and --set values) it ran with"
-                )
-
-
 class ReplicateRun:
     """The replicates of one ``launch-study replicate``: records each as it finishes, and is
     the driver ``RunStopper`` asks whether to stop (a signal, or the study's lease lost)."""
@@ -257,25 +214,6 @@ class ReplicateSummary:
     failed: list[str]  # "trial N at seed S: why", of this run
 
 
-def open_ran_study(cfg: StudyConfig, opts: RunOptions) -> tuple[StudyStore, optuna.Study, dict | None, str]:
-    """The study a command revisits (replicate, reference), checked before anything is written:
-    it exists, and the study file measures as it did. Returns its store, the study, the
-    configuration it stored (None: a study of a version before that) and the setup digest its
-    results are measured under."""
-    preflight(cfg, opts)
-    store = open_store(opts.storage_url, create=False)  # a study to revisit must exist
-    study = load_existing_study(store, opts.study_name)
-    stored = study.user_attrs.get("config")
-    if stored is None:  # a study of a version before the configuration was stored
-        say(f"study {opts.study_name!r} stored no configuration: assuming it ran with this study file")
-    else:
-        check_same_setup(stored, cfg, opts.study_name)
-    # The run's own digest where it stored one (the same settings: checked above), else this
-    # file's with the dense checkpoint the study recorded (a study of an earlier version).
-    setup = study.user_attrs.get("setup") or setup_digest(cfg, study.user_attrs.get("dense_val_perplexity"))
-    return store, study, stored, setup
-
-
 def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> ReplicateSummary:
     """Train each point of the study's front, and its dense control, at ``n_seeds`` more seeds
     (those it has no result for yet) and write the Pareto CSV with the points' perplexity over
@@ -287,7 +225,8 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
     and a checkpoint to rebuild are written before that, as ``run`` writes them."""
     if not 1 <= n_seeds <= MAX_SEEDS:
         raise UserError(f"--seeds must be 1 to {MAX_SEEDS}, got {n_seeds}")
-    store, study, stored, setup = open_ran_study(cfg, opts)
+    session = StudySession.to_revisit(cfg, opts)
+    store, study, stored, setup = session.store, session.study, session.stored, session.setup
     seeds = replicate_seeds(cfg.study.seed, n_seeds)
 
     def front_now() -> list[dict]:
@@ -306,17 +245,15 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
 
     # A study without a front, or a replicate whose parent is gone, is refused before anything is written.
     check_parents(jobs_now()[1])
-    corpus, model_cfg = prepare_inputs(cfg, cache_dir=corpus_cache(opts.artifacts))  # checked as run does
+    session.inputs()  # checked as run does
     upgrade_schema(store)  # the replicates' table; a database of an earlier version is migrated
-    with hold_lease(store, opts.study_name, cfg.study.lease_seconds) as lease:
-        if lease.takeover:
-            say(lease.takeover.describe())
+    with session.leased() as lease:
         if study.user_attrs.get("config") != stored or study.user_attrs.get("setup", setup) != setup:
             raise UserError(  # a run on other settings held the study between the check and the lease
                 f"study {opts.study_name!r} was run again with other settings meanwhile: run replicate again"
             )
         front, jobs = jobs_now()  # the front as it is now that no run can change it
-        trial_setup = study_trial_setup(cfg, opts, study, corpus, model_cfg) if jobs else None
+        trial_setup = session.revisited_setup() if jobs else None
         if study.user_attrs.get("setup") is None:  # so that exports read these replicates back
             study.set_user_attr("setup", setup)
         on_front = {row["trial_number"] for row in front}
@@ -331,24 +268,9 @@ def replicate_front(cfg: StudyConfig, opts: RunOptions, n_seeds: int) -> Replica
             _run_jobs(cfg, opts, trial_setup, run)
         lease.check("the replicates still running (a rerun runs them)")
         save_note(study, study_front_note(study, replicated(store, study)))  # the dashboard's, with the seeds
-    csv = write_table(study_table(store, study), opts.output_csv)
+    csv = session.write_front(study)
     say(f"Pareto front with each point's perplexity over every seed recorded for it -> {csv}")
     return ReplicateSummary(csv, run.failed if run else [])
-
-
-def study_trial_setup(
-    cfg: StudyConfig, opts: RunOptions, study: optuna.Study, corpus, model_cfg
-) -> TrialSetup:
-    """What every trial run again for a study shares (a replicate, a matched reference): the
-    corpus and the dense checkpoint the study pruned."""
-    dense = study_dense_checkpoint(cfg, corpus, model_cfg, opts.artifacts, progress=PhaseProgress())
-    pruned_from = study.user_attrs.get("dense_val_perplexity")
-    if pruned_from is not None and not math.isclose(dense.val_perplexity, pruned_from, rel_tol=1e-6):
-        raise UserError(
-            f"the dense checkpoint here scores {dense.val_perplexity:.6f}, the one study "
-            f"{opts.study_name!r} pruned {pruned_from:.6f}: replicates would not measure its points"
-        )
-    return TrialSetup(corpus, dense, cfg.budget, cfg.study.seed)
 
 
 def _run_jobs(cfg: StudyConfig, opts: RunOptions, setup: TrialSetup, run: ReplicateRun) -> None:

@@ -6,11 +6,8 @@ import contextlib
 import hashlib
 import json
 import math
-import os
-import shutil
 import signal
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -21,17 +18,9 @@ from optuna_dashboard import save_note
 from orchestrator.artifacts import (
     ModelRef,
     attach_model,
-    check_root,
-    credentials_hidden,
-    fetch,
-    is_remote,
     join,
-    local_cache,
-    parse_root,
-    publish,
-    stored_digest,
 )
-from orchestrator.config import CORPUS_FILES, StudyConfig, setup_digest, user_model
+from orchestrator.config import StudyConfig, setup_digest
 from orchestrator.early_stopping import ParetoHalving, ParetoHalvingScheduler
 from orchestrator.errors import UserError
 from orchestrator.execution import (
@@ -40,100 +29,40 @@ from orchestrator.execution import (
     DriverTimings,
     Measurement,
     Proposer,
-    RunStopper,
-    Stoppable,
     StudyCallback,
     StudyDriver,
     StudySearcher,
     describe_error,
     train_on_worker,
 )
-from orchestrator.export import replicated, study_table, write_table
+from orchestrator.export import replicated
 from orchestrator.gp_proposals import GPProposer
-from orchestrator.interrupts import Interrupted, keep_sigterm_handler, wind_down
+from orchestrator.inputs import study_dense_checkpoint
+from orchestrator.interrupts import Interrupted
 from orchestrator.nsga2_proposals import NSGA2Proposer
-from orchestrator.preflight import (
-    check_devices,
-    check_not_an_input,
-    check_ray_address,
-    check_sqlite_path,
-    check_study_name,
-    check_writable_file,
-    check_writable_folder,
-)
+from orchestrator.on_tune import dense_ref, fit_on_tune, ray_session
 from orchestrator.progress import PhaseProgress, say
 from orchestrator.recent_tpe import RecentTPE
 from orchestrator.report import front_note, last_failure, study_front_note
 from orchestrator.search_space import SearchSpace
+from orchestrator.session import RunOptions, StudySession
 from orchestrator.storage import (
     HeldLease,
     StudyStore,
     change_frontier,
-    check_objectives,
-    check_store,
     create_or_load_study,
     fail_and_ask_again,
     fail_orphaned_trials,
-    hold_lease,
     models_folder,
-    open_store,
     redact_command,
     refresh_frontier,
-    resolve_url,
-    sqlite_database,
     study_exists,
 )
 from orchestrator.storage.driver import DriverStorage
 from orchestrator.study_trials import FINISHED, StudyTrials
-from trainers.data import Corpus, CorpusError, rung_windows
-from trainers.export import WEIGHTS, CorruptModel, read_config
-from trainers.families import FamilyConfig, family
-from trainers.pretrain import DenseCheckpoint, checkpoint_key, ensure_dense_checkpoint
+from trainers.data import rung_windows
+from trainers.pretrain import DenseCheckpoint
 from trainers.trial import TrialSetup, dense_weights, evaluation_windows
-
-
-@dataclass
-class RunOptions:
-    storage_url: str
-    study_name: str
-    n_trials: int
-    max_concurrent: int
-    artifacts: str  # an absolute path, or an object store's URI (orchestrator/artifacts.py)
-    output_csv: Path
-    ray_address: str | None = None
-    trial_cpu_seconds_budget: float | None = None  # stop asking once trials used this much CPU time
-
-    @classmethod
-    def for_study(
-        cls,
-        cfg: StudyConfig,
-        *,
-        storage: str | None = None,
-        study_name: str | None = None,
-        n_trials: int | None = None,
-        max_concurrent: int | None = None,
-        artifacts: str | Path | None = None,
-        output: str | Path | None = None,
-        ray_address: str | None = None,
-    ) -> RunOptions:
-        """The options ``launch-study run`` uses, each left out taking the study file's value or
-        the CLI's default (storage: --storage, $HEADPRUNE_STORAGE, runs/<study>.db; artifacts:
-        --artifacts, [study] artifacts, runs/artifacts)."""
-        for flag, value in (("n_trials", n_trials), ("max_concurrent", max_concurrent)):
-            if value is not None and value < 1:
-                raise UserError(f"{flag} must be at least 1, got {value}")
-        name = study_name or cfg.study.name
-        return cls(
-            storage_url=resolve_url(storage, name),
-            study_name=name,
-            n_trials=n_trials if n_trials is not None else cfg.study.n_trials,
-            max_concurrent=max_concurrent if max_concurrent is not None else cfg.study.max_concurrent,
-            artifacts=parse_root(
-                artifacts or cfg.study.artifacts or "runs/artifacts"
-            ),  # a path made absolute: Ray workers run in other folders
-            output_csv=Path(output) if output else Path("runs") / f"{name}_pareto.csv",
-            ray_address=ray_address or os.environ.get("RAY_ADDRESS"),
-        )
 
 
 @dataclass
@@ -144,143 +73,6 @@ class RunSummary:
     front_size: int
     dense: DenseCheckpoint | None
     csv: Path
-
-
-def prepare_inputs(cfg: StudyConfig, cache_dir: Path | None = None) -> tuple[Corpus, FamilyConfig]:
-    """Everything that can be checked before the database is touched: the corpus tokenized (ids
-    and a trained BPE cached under ``cache_dir``) and the model's config (a user's model's
-    config read, not its weights), each by the model's family."""
-    where = f"{cfg.source}: [model]"
-    model_family = family(cfg.model["family"])
-    starts_from = user_model(cfg)
-    if starts_from:  # read and checked before anything is tokenized
-        try:
-            model_family.check_user_model(starts_from, cfg.model["block_size"])
-        except ValueError as err:
-            raise UserError(f"{where} {err}") from None
-    try:
-        corpus = Corpus.load(
-            **cfg.corpus.load_kwargs(cfg.source.parent),
-            block_size=cfg.model["block_size"],
-            model_path=starts_from,
-            cache_dir=cache_dir,
-        )
-    except CorpusError as err:
-        raise UserError(f"{cfg.source}: [corpus] {err}") from None
-    except OSError as err:  # the cache folder (the pre-flight checks --artifacts before this)
-        raise UserError(f"{cfg.source}: [corpus] cannot write its cache under {cache_dir}: {err}") from None
-    try:
-        model_cfg = model_family.model_config(cfg.model, corpus.vocab_size, starts_from)
-    except ValueError as err:
-        raise UserError(f"{where} {err}") from None
-    if model_cfg.vocab_size < corpus.vocab_size:
-        hint = (
-            "the tokenizer beside the model does not belong to it"
-            if cfg.corpus.tokenizer == "model"
-            else "use [corpus] tokenizer = 'model', the model's own"
-        )
-        raise UserError(
-            f"{where} the model's vocabulary ({model_cfg.vocab_size}) is smaller than the tokenizer's "
-            f"({corpus.vocab_size}): {hint}"
-        )
-    cfg.search.check_reachable(f"{cfg.source}: [search]", list(model_cfg.layer_heads))
-    floor = model_family.min_heads_per_layer
-    if min(cfg.search.entries["min_heads_per_layer"].values()) < floor:
-        raise UserError(
-            f"{cfg.source}: [search] min_heads_per_layer: the {model_family.name} family keeps at least "
-            f"{floor} head a layer"
-        )
-    return corpus, model_cfg
-
-
-def corpus_cache(artifacts: str) -> Path:
-    """Where the corpus's trained BPE and token ids are cached: under a local ``--artifacts``,
-    in this machine's cache for an object store (they are made again from the corpus at will)."""
-    return local_cache() / "corpus" if is_remote(artifacts) else Path(artifacts) / "cache"
-
-
-def dense_location(artifacts: str, dense: DenseCheckpoint) -> str:
-    """Where the dense checkpoint is stored: ``<artifacts>/dense/<key>`` (its folder's name is
-    its key wherever it was found)."""
-    return join(artifacts, "dense", dense.path.name)
-
-
-def _pull_dense(location: str, folder: Path) -> bool:
-    """The store's dense checkpoint for this key into this machine's cache (``folder``, where
-    ``ensure_dense_checkpoint`` finds it), unless a sound copy of the same weights is there.
-    The store's copy wins over another one cached here (made for another store, say). Returns
-    whether the store holds a sound copy: False for none, or one that fails its checksums,
-    which the caller then replaces."""
-    digest = stored_digest(location)
-    if digest is None:
-        return False
-    with contextlib.suppress(CorruptModel, KeyError):
-        if read_config(folder)["sha256"][WEIGHTS] == digest:
-            return True
-    try:
-        downloaded = fetch(location)
-    except CorruptModel as err:
-        say(f"dense checkpoint on the store not used: {err}")
-        return False
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    downloaded.rename(folder)
-    return True
-
-
-def study_dense_checkpoint(
-    cfg: StudyConfig, corpus: Corpus, model_cfg: FamilyConfig, artifacts: str | Path, progress=None
-) -> DenseCheckpoint:
-    """The study's dense checkpoint: cached under ``artifacts``, shipped in ``checkpoints/``
-    beside the study file, pretrained now, or a user's model (``[model] path``) scored and
-    copied into the cache (pretrained further only if ``[pretrain] steps`` says so). With an
-    object store, it is read from there through this machine's cache, or uploaded there once
-    made (``dense/<key>``); the workers fetch it by its weights' digest."""
-    artifacts = str(artifacts)
-    initial, source = None, ""
-    starts_from = user_model(cfg)
-    if starts_from:
-        model_family = family(model_cfg.family)
-        source = model_family.user_model_digest(starts_from)
-
-        def initial():
-            try:
-                return model_family.load_user_model(starts_from, model_cfg.block_size)
-            except ValueError as err:
-                raise UserError(f"{cfg.source}: [model] {err}") from None
-
-    local, stored = Path(artifacts), True
-    if is_remote(artifacts):
-        local = local_cache()
-        key = checkpoint_key(corpus.digest, model_cfg, cfg.pretrain, source)
-        stored = _reaching(
-            artifacts, lambda: _pull_dense(join(artifacts, "dense", key), local / "dense" / key)
-        )
-    dense = ensure_dense_checkpoint(
-        corpus,
-        model_cfg,
-        cfg.pretrain,
-        local,
-        eval_tokens=cfg.budget.eval_tokens,
-        device=cfg.budget.device,
-        progress=progress,
-        shipped_dir=cfg.source.parent / "checkpoints",
-        notice=say,
-        initial=initial,
-        source=source,
-    )
-    if not stored:  # made here, or found cached or shipped: uploaded once, for every node
-        _reaching(artifacts, lambda: publish(dense.path, dense_location(artifacts, dense)))
-    return dense
-
-
-def _reaching(artifacts: str, work):
-    """``work()``, an object store's failure (it answered the pre-flight check, and stopped) a
-    ``UserError`` of one line rather than a traceback."""
-    try:
-        return work()
-    except OSError as err:
-        raise UserError(f"--artifacts {artifacts}: {err}") from None
 
 
 def _search_seed(cfg: StudyConfig, store: StudyStore, study_name: str) -> int:
@@ -337,38 +129,12 @@ def startup_trials(cfg: StudyConfig, n_trials: int, space: SearchSpace) -> int:
     return cfg.study.startup_trials or min(space.start_sizes() or 10, n_trials // 2 + 1)
 
 
-def preflight(cfg: StudyConfig, opts: RunOptions) -> None:
-    """Everything about the run (not the study file) that can be checked before anything is
-    written: a mistake found later would leave a study, a checkpoint or a CSV behind."""
-    check_study_name(opts.study_name)
-    if is_remote(opts.artifacts):
-        check_root(opts.artifacts)
-    else:
-        check_writable_folder("--artifacts", Path(opts.artifacts))
-    check_writable_file("--output", opts.output_csv)
-    database = sqlite_database(opts.storage_url)
-    corpus = cfg.corpus.load_kwargs(cfg.source.parent)
-    inputs = {"study file": cfg.source, "SQLite database": database}
-    inputs |= {f"corpus file ([corpus] {key})": corpus.get(key) for key in CORPUS_FILES}
-    if starts_from := user_model(cfg):
-        inputs["your model's folder ([model])"] = Path(starts_from)
-    check_not_an_input("--output", opts.output_csv, inputs)
-    check_sqlite_path(database)
-    check_devices(cfg.budget.device, cfg.study.gpus_per_trial, joining_cluster=bool(opts.ray_address))
-    check_ray_address(opts.ray_address)
-
-
 def run_study(cfg: StudyConfig, opts: RunOptions) -> RunSummary:
-    preflight(cfg, opts)  # first: the corpus's caches are written under --artifacts
-    check_store(opts.storage_url, opts.study_name)  # reads only: a mistake there writes nothing
-    corpus, model_cfg = prepare_inputs(cfg, cache_dir=corpus_cache(opts.artifacts))
-    store = open_store(opts.storage_url)
-    if study_exists(store, opts.study_name):
-        check_objectives(store, opts.study_name)  # again: another driver may have made it since
-    with hold_lease(store, opts.study_name, cfg.study.lease_seconds) as lease:
-        if lease.takeover:
-            say(lease.takeover.describe())
-        return _run_leased(cfg, opts, store, corpus, model_cfg, lease)
+    """Start or resume the study: every check before anything is written, then, holding its
+    lease, the dense checkpoint, the trials on Ray Tune and the Pareto CSV."""
+    session = StudySession.to_run(cfg, opts)
+    with session.leased() as lease:
+        return _run_leased(session, lease)
 
 
 def open_driver(
@@ -438,14 +204,9 @@ def open_driver(
     return driver
 
 
-def _run_leased(
-    cfg: StudyConfig,
-    opts: RunOptions,
-    store: StudyStore,
-    corpus: Corpus,
-    model_cfg: FamilyConfig,
-    lease: HeldLease,
-) -> RunSummary:
+def _run_leased(session: StudySession, lease: HeldLease) -> RunSummary:
+    cfg, opts, store = session.cfg, session.opts, session.store
+    corpus, model_cfg = session.inputs()
     driver = open_driver(cfg, opts, store, lease, model_cfg.layer_heads)
     study = driver.study
     dense = None
@@ -480,12 +241,12 @@ def _run_leased(
         failure = last_failure(study.get_trials(deepcopy=False))
         cause = f"; the last failure: trial {failure[0]}: {failure[1]}" if failure else ""
         raise UserError(f"study {opts.study_name!r} has no complete trial to export{cause}")
-    csv = write_table(study_table(store, study), opts.output_csv)
+    csv = session.write_front(study)
     say(f"Pareto front: {len(rows)} trials -> {csv}")
     if not replicated(store, study).results:
         say(
             "each point is one draw of its trial's batches: `launch-study replicate` with this study "
-            "file trains the front again at other seeds (README)"
+            "file trains the front again at other seeds (docs/howto/held-out-and-references.md)"
         )
     return RunSummary(opts.study_name, driver.n_finished, driver.n_failed, len(rows), dense, csv)
 
@@ -628,47 +389,6 @@ def make_scheduler(cfg: StudyConfig, study: optuna.Study, n_rungs: int, context:
     return ParetoHalvingScheduler(halving)
 
 
-@contextlib.contextmanager
-def ray_session(opts: RunOptions, cpus_per_trial: float) -> Iterator[None]:
-    """Ray for one run of trials: the cluster ``opts.ray_address`` names, else a local instance
-    with the CPUs of ``max_concurrent`` trials, shut down after; a notebook's own Ray (already
-    initialised) is used as it is and left running."""
-    import ray
-
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # our own progress lines, not Tune's tables
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # no TensorBoard/CSV files
-    local = {} if opts.ray_address else {"num_cpus": max(1, math.ceil(cpus_per_trial * opts.max_concurrent))}
-    joined = ray.is_initialized()
-    if not joined:
-        try:
-            with keep_sigterm_handler():
-                _init_ray(opts, local)
-        except BaseException as stop:  # stopped or failed while it starts: what it started goes
-            with contextlib.suppress(Exception), keep_sigterm_handler():
-                ray.shutdown()
-            # ray.init's own SIGTERM handler, there while it starts, exits 15: the interrupt it is
-            if isinstance(stop, SystemExit) and stop.code == signal.SIGTERM:
-                raise Interrupted(signal.SIGTERM) from None
-            raise
-    try:
-        yield
-    finally:
-        if not joined:
-            # ray.shutdown puts SIGTERM back to the system's default under Python's handler: a
-            # SIGTERM after it (the front refreshed, the CSV written, the lease released) would
-            # kill the run without a word and leave its lease held. Set again, ours is back.
-            with keep_sigterm_handler():
-                ray.shutdown()
-
-
-def dense_ref(opts: RunOptions, dense: DenseCheckpoint) -> ModelRef | None:
-    """How a worker reads the dense checkpoint: from the object store by its weights' digest;
-    None where the driver's path is the workers' too (a local ``--artifacts``)."""
-    if not is_remote(opts.artifacts):
-        return None
-    return ModelRef(dense_location(opts.artifacts, dense), dense_weights(dense))
-
-
 def _search(
     cfg: StudyConfig, opts: RunOptions, driver: StudyDriver, setup: TrialSetup, dense: ModelRef | None
 ) -> None:
@@ -716,63 +436,3 @@ class TuneExecutor:
                 callback=StudyCallback(driver),
                 driver=driver,
             )
-
-
-def fit_on_tune(
-    cfg: StudyConfig,
-    opts: RunOptions,
-    trainable,
-    tune_config,
-    *,
-    name: str,
-    callback,
-    driver: Stoppable,
-    param_space: dict | None = None,
-) -> None:
-    """Tune runs ``trainable`` with each trial's resources, its experiment folder under
-    ``<artifacts>/ray/<name>``, ``callback`` told of each trial, Tune's retries of a dead worker,
-    and our signal handling: the first Ctrl-C or SIGTERM goes to ``driver.interrupt`` and
-    ``RunStopper`` stops the running trials (interrupts.py). Inside ``ray_session``."""
-    from ray import tune
-
-    tuner = tune.Tuner(
-        tune.with_resources(trainable, {"cpu": cfg.study.cpus_per_trial, "gpu": cfg.study.gpus_per_trial}),
-        param_space=param_space,
-        tune_config=tune_config,
-        run_config=tune.RunConfig(
-            name=name,
-            storage_path=str(tune_folder(opts.artifacts)),
-            callbacks=[callback],
-            stop=RunStopper(driver),
-            failure_config=tune.FailureConfig(max_failures=cfg.study.max_retries),
-            verbose=0,
-        ),
-    )
-    os.environ["TUNE_DISABLE_SIGINT_HANDLER"] = "1"  # ours (interrupts.py) winds the run down
-    # Tune would copy the store's credentials into its workers' runtime environment, and Ray logs it
-    with wind_down(driver.interrupt), credentials_hidden():
-        tuner.fit()
-
-
-def tune_folder(artifacts: str) -> Path:
-    """Tune's experiment folder: ``<artifacts>/ray``, or this machine's cache with an object
-    store. It is a cache either way (the database holds the study, the store the models), and
-    kept off the store: while Tune runs the credentials are out of the driver's environment
-    (``artifacts.credentials_hidden``), so Tune's filesystem would need them as explicit keys,
-    which it would pickle into its experiment state and ship to every worker."""
-    return local_cache() / "ray" if is_remote(artifacts) else Path(artifacts) / "ray"
-
-
-def _init_ray(opts: RunOptions, local: dict) -> None:
-    import ray
-
-    ray.init(
-        # "local": a fresh instance of our own, never whatever cluster `ray start` left recorded
-        # in /tmp/ray; joining a cluster is what --ray-address / RAY_ADDRESS is for.
-        address=opts.ray_address or "local",
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=True,
-        logging_level="ERROR",
-        **local,
-    )

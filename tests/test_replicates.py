@@ -34,11 +34,11 @@ from orchestrator.export import Replicated, seed_columns
 from orchestrator.replicates import (
     ReplicateRun,
     check_parents,
-    check_same_setup,
     plan,
     points_to_replicate,
     replicate_seeds,
 )
+from orchestrator.session import check_same_setup
 from orchestrator.storage import (
     ReplicateResult,
     open_store,
@@ -155,8 +155,9 @@ def test_a_point_measured_under_an_earlier_setup_is_measured_again_at_the_studys
 def test_ray_stopping_the_process_while_it_starts_is_an_interrupt(monkeypatch, tmp_path):
     """ray.init installs its own SIGTERM handler while it starts (sys.exit(15)): that exit
     becomes the interrupt every command reports (143, its line), with Ray shut down."""
-    from orchestrator import runner
+    from orchestrator import on_tune
     from orchestrator.interrupts import Interrupted
+    from orchestrator.session import RunOptions
 
     def killed_while_starting(opts, local):
         raise SystemExit(signal.SIGTERM)
@@ -165,17 +166,17 @@ def test_ray_stopping_the_process_while_it_starts_is_an_interrupt(monkeypatch, t
 
     shutdowns = []
     monkeypatch.setattr(ray, "shutdown", lambda: shutdowns.append(1))
-    monkeypatch.setattr(runner, "_init_ray", killed_while_starting)
-    opts = runner.RunOptions("sqlite://", "s", 1, 1, tmp_path, tmp_path / "x.csv")
-    with pytest.raises(Interrupted) as stop, runner.ray_session(opts, 1):
+    monkeypatch.setattr(on_tune, "_init_ray", killed_while_starting)
+    opts = RunOptions("sqlite://", "s", 1, 1, tmp_path, tmp_path / "x.csv")
+    with pytest.raises(Interrupted) as stop, on_tune.ray_session(opts, 1):
         pass
     assert stop.value.exit_code == 143 and shutdowns == [1]
 
     def failed_while_starting(opts, local):
         raise SystemExit(3)
 
-    monkeypatch.setattr(runner, "_init_ray", failed_while_starting)
-    with pytest.raises(SystemExit) as other, runner.ray_session(opts, 1):
+    monkeypatch.setattr(on_tune, "_init_ray", failed_while_starting)
+    with pytest.raises(SystemExit) as other, on_tune.ray_session(opts, 1):
         pass
     assert other.value.code == 3 and shutdowns == [1, 1]  # not an interrupt, but Ray is shut down
 
