@@ -50,7 +50,7 @@ from trainers.export import load_model
 from trainers.hparams import TrialBudget, TrialHParams
 from trainers.pretrain import load_dense
 from trainers.training import mean_loss
-from trainers.trial import TrialSetup, run_trial
+from trainers.trial import TrialIO, TrialSetup, run_trial
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -177,7 +177,9 @@ def neighbours_noise(corpus, dense, block: int, eval_tokens: int) -> dict:
         ("importance, seed 1", NEIGHBOURS["importance"], 1),
     ):
         with tempfile.TemporaryDirectory(prefix="eval_noise_") as folder:
-            result = run_trial(TrialSetup(corpus, dense, budget, seed=seed), hp, save_dir=Path(folder))
+            result = run_trial(
+                TrialSetup(corpus, dense, budget, seed=seed), hp, TrialIO(save_dir=Path(folder))
+            )
             model, _ = load_model(Path(folder), device="cpu")
         models[label] = window_losses(model, corpus.val, block)
         print(f"  trained {label}: {result.val_perplexity:.4f}, {result.heads_per_layer} heads", flush=True)

@@ -92,7 +92,7 @@ from orchestrator.session import RunOptions
 from trainers.gates import heads_to_keep
 from trainers.hparams import TrialHParams
 from trainers.reference import MatchedReference
-from trainers.trial import TrialSetup, run_trial
+from trainers.trial import TrialIO, TrialSetup, run_trial
 
 REPO = Path(__file__).resolve().parent.parent
 STUDY = REPO / "studies" / "tinyshakespeare.toml"
@@ -128,8 +128,8 @@ def point(result, hparams: dict) -> dict:
 POINT_KEYS = ("method", "sparsity", "ppl", "test_ppl", "params", "seconds", "hparams", "lineage")
 
 
-def timed_trial(setup: TrialSetup, hp: TrialHParams, **run) -> dict:
-    return point(run_trial(setup, hp, **run), hp.to_dict())
+def timed_trial(setup: TrialSetup, hp: TrialHParams, io: TrialIO | None = None) -> dict:
+    return point(run_trial(setup, hp, io or TrialIO()), hp.to_dict())
 
 
 def searched_arm(cfg, seed: int, budget_s: float, artifacts: Path, startup: int, sampler: str) -> list[dict]:
@@ -264,7 +264,7 @@ def iterative_arm(
             save_dir = folder / f"step{step}"
             step += 1
             try:
-                p = timed_trial(setup, hp, save_dir=save_dir, parent=parent)
+                p = timed_trial(setup, hp, TrialIO(save_dir=save_dir, parent=parent))
             except ValueError as err:  # the parent keeps no more heads than this target
                 print(f"    step {step - 1}: passed over ({err})", flush=True)
                 continue

@@ -44,8 +44,10 @@ from trainers.hparams import TrialHParams
 from trainers.trial import (
     AFTER_PRUNE,
     TRANSIENT_ERRORS,
+    RungPlan,
     RungReport,
     TransientTrialError,
+    TrialIO,
     TrialSetup,
     run_trial,
 )
@@ -165,13 +167,12 @@ def train_on_worker(
         result = run_trial(
             setup,
             hparams,
-            save_dir=save_dir,
-            resume_dirs=resume,
-            parent=parent,
-            rungs=() if hparams.method == "dense" else rungs,
-            report_rung=reporter,
-            rung_eval_tokens=rung_eval_tokens,
-            on_checkpoint=upload,
+            TrialIO(save_dir=save_dir, resume_dirs=resume, parent=parent, on_checkpoint=upload),
+            RungPlan(
+                fractions=() if hparams.method == "dense" else rungs,
+                report=reporter,
+                eval_tokens=rung_eval_tokens,
+            ),
         )
         digest = None
         if save_dir is not None:  # COMPLETE only once the model is stored whole (publish checks)

@@ -19,7 +19,7 @@ from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams
 from trainers.model import LanguageModel, ModelConfig
 from trainers.pretrain import ensure_dense_checkpoint
 from trainers.tokenizers import CharTokenizer
-from trainers.trial import AFTER_PRUNE, TrialSetup, run_trial
+from trainers.trial import AFTER_PRUNE, TrialIO, TrialSetup, run_trial
 
 VOCAB = "vocab.json"  # the character tokenizer's file
 VOCAB_12 = CharTokenizer(list("abcdefghijkl"))
@@ -120,12 +120,12 @@ def test_a_corrupt_after_pruning_checkpoint_is_pruned_again(tmp_path, small_text
         corpus, dense, TrialBudget(prune_steps=4, finetune_steps=2, batch_size=4, eval_tokens=64), 0
     )
     hp = TrialHParams(method="l0_target", sparsity=0.5)
-    fresh = run_trial(setup, hp, save_dir=tmp_path / "first")
+    fresh = run_trial(setup, hp, TrialIO(save_dir=tmp_path / "first"))
     flip_a_byte(tmp_path / "first" / AFTER_PRUNE / WEIGHTS)
-    retried = run_trial(setup, hp, save_dir=tmp_path / "retry", resume_dirs=[tmp_path / "first"])
+    retried = run_trial(setup, hp, TrialIO(save_dir=tmp_path / "retry", resume_dirs=[tmp_path / "first"]))
     assert "prune_resumed" not in retried.phase_seconds  # not resumed from the damaged one
     assert retried.val_perplexity == pytest.approx(fresh.val_perplexity, rel=1e-6)
-    resumed = run_trial(setup, hp, save_dir=tmp_path / "third", resume_dirs=[tmp_path / "retry"])
+    resumed = run_trial(setup, hp, TrialIO(save_dir=tmp_path / "third", resume_dirs=[tmp_path / "retry"]))
     assert "prune_resumed" in resumed.phase_seconds  # a sound one is
 
 
@@ -158,17 +158,23 @@ def test_a_checkpoint_of_another_seed_is_not_resumed_and_a_retry_keeps_its_own(t
     """A folder may hold a trial of an earlier study of the same name, or another seed's; a
     resumed trial writes its own checkpoint, so the retry of a retry resumes too."""
     corpus, dense, budget, hp = resumable_trial(tmp_path, small_text)
-    run_trial(TrialSetup(corpus, dense, budget, 0), hp, save_dir=tmp_path / "seed0")
+    run_trial(TrialSetup(corpus, dense, budget, 0), hp, TrialIO(save_dir=tmp_path / "seed0"))
     other_seed = run_trial(
-        TrialSetup(corpus, dense, budget, 1), hp, save_dir=tmp_path / "a", resume_dirs=[tmp_path / "seed0"]
+        TrialSetup(corpus, dense, budget, 1),
+        hp,
+        TrialIO(save_dir=tmp_path / "a", resume_dirs=[tmp_path / "seed0"]),
     )
     assert "prune_resumed" not in other_seed.phase_seconds
     retry = run_trial(
-        TrialSetup(corpus, dense, budget, 1), hp, save_dir=tmp_path / "b", resume_dirs=[tmp_path / "a"]
+        TrialSetup(corpus, dense, budget, 1),
+        hp,
+        TrialIO(save_dir=tmp_path / "b", resume_dirs=[tmp_path / "a"]),
     )
     assert "prune_resumed" in retry.phase_seconds and (tmp_path / "b" / AFTER_PRUNE).is_dir()
     again = run_trial(
-        TrialSetup(corpus, dense, budget, 1), hp, save_dir=tmp_path / "c", resume_dirs=[tmp_path / "b"]
+        TrialSetup(corpus, dense, budget, 1),
+        hp,
+        TrialIO(save_dir=tmp_path / "c", resume_dirs=[tmp_path / "b"]),
     )
     assert "prune_resumed" in again.phase_seconds
     assert again.val_perplexity == pytest.approx(other_seed.val_perplexity, rel=1e-6)
@@ -178,15 +184,15 @@ def test_a_retry_does_not_resume_from_a_dense_model_trained_again(tmp_path, smal
     """The dense checkpoint's folder is named by its settings: one found corrupt and trained
     again holds other weights at the same path, which the pruned checkpoint was not cut from."""
     corpus, dense, budget, hp = resumable_trial(tmp_path, small_text)
-    run_trial(TrialSetup(corpus, dense, budget, 0), hp, save_dir=tmp_path / "first")
-    same = run_trial(TrialSetup(corpus, dense, budget, 0), hp, resume_dirs=[tmp_path / "first"])
+    run_trial(TrialSetup(corpus, dense, budget, 0), hp, TrialIO(save_dir=tmp_path / "first"))
+    same = run_trial(TrialSetup(corpus, dense, budget, 0), hp, TrialIO(resume_dirs=[tmp_path / "first"]))
     assert "prune_resumed" in same.phase_seconds  # the same dense weights: resumed
     weights, tokenizer = load_model(dense.path)
     with torch.no_grad():
         for p in weights.parameters():
             p.add_(0.01)
     save_model(weights, tokenizer, dense.path, extra=read_config(dense.path, verify=False))
-    retried = run_trial(TrialSetup(corpus, dense, budget, 0), hp, resume_dirs=[tmp_path / "first"])
+    retried = run_trial(TrialSetup(corpus, dense, budget, 0), hp, TrialIO(resume_dirs=[tmp_path / "first"]))
     assert "prune_resumed" not in retried.phase_seconds
 
 

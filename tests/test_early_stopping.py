@@ -323,15 +323,17 @@ def test_a_rung_scores_its_subset_and_the_trial_ends_on_the_whole_slice(tmp_path
     from trainers.export import load_model
     from trainers.hparams import TrialHParams
     from trainers.training import mean_loss
-    from trainers.trial import run_trial
+    from trainers.trial import RungPlan, TrialIO, run_trial
 
     setup = tiny_trial_setup(tmp_path, small_text, prune_steps=2, finetune_steps=4)
     corpus = setup.corpus
     hp = TrialHParams(method="importance", sparsity=0.5)
     reports = []
-    whole = run_trial(setup, hp, rungs=(1.0,), report_rung=reports.append)
+    whole = run_trial(setup, hp, rungs=RungPlan(fractions=(1.0,), report=reports.append))
     assert [r.val_perplexity for r in reports] == [whole.val_perplexity]
-    part = run_trial(setup, hp, rungs=(1.0,), save_dir=tmp_path / "part", rung_eval_tokens=128)
+    part = run_trial(
+        setup, hp, TrialIO(save_dir=tmp_path / "part"), RungPlan(fractions=(1.0,), eval_tokens=128)
+    )
     assert part.val_perplexity == pytest.approx(whole.val_perplexity, rel=1e-6)  # the same trial
     trained, _ = load_model(tmp_path / "part")
     subset = rung_windows(eval_windows(corpus.val, 16, 512), 128)
@@ -345,14 +347,16 @@ def test_every_method_reaches_a_rung_after_as_many_weight_updates(tmp_path, smal
     (its weights trained while choosing) was compared after prune_steps + 1/9 of fine-tuning with
     importance (nothing trained while choosing) after 1/9 of its longer fine-tuning alone."""
     from trainers.hparams import TrialHParams
-    from trainers.trial import run_trial
+    from trainers.trial import RungPlan, run_trial
 
     setup = tiny_trial_setup(tmp_path, small_text, prune_steps=4, finetune_steps=8)
     updates = {}
     for method in ("importance", "l0_target"):
         reports = []
         run_trial(
-            setup, TrialHParams(method=method, sparsity=0.5), rungs=(0.25, 0.5), report_rung=reports.append
+            setup,
+            TrialHParams(method=method, sparsity=0.5),
+            rungs=RungPlan(fractions=(0.25, 0.5), report=reports.append),
         )
         trained_while_choosing = 12 - reports[0].steps
         updates[method] = [trained_while_choosing + r.step for r in reports]
@@ -360,7 +364,9 @@ def test_every_method_reaches_a_rung_after_as_many_weight_updates(tmp_path, smal
     # A rung that would fall on the last step (or past it) judges nothing: there is none.
     reports = []
     run_trial(
-        setup, TrialHParams(method="importance", sparsity=0.5), rungs=(0.5, 0.99), report_rung=reports.append
+        setup,
+        TrialHParams(method="importance", sparsity=0.5),
+        rungs=RungPlan(fractions=(0.5, 0.99), report=reports.append),
     )
     assert [r.step for r in reports] == [8]
 

@@ -48,8 +48,8 @@ def test_an_exception_from_tune_itself_is_tunes(monkeypatch):
         reports.append(metrics)
         raise Stop
 
-    def trial_with_a_rung(setup, hp, report_rung=None, **kwargs):
-        report_rung(execution.RungReport(0, 10, 100, 5.0, 1000, 1.0))
+    def trial_with_a_rung(setup, hp, io, rungs):
+        rungs.report(execution.RungReport(0, 10, 100, 5.0, 1000, 1.0))
 
     monkeypatch.setattr(execution.tune, "report", report)
     monkeypatch.setattr(execution, "run_trial", trial_with_a_rung)

@@ -24,8 +24,8 @@ from trainers.export import WEIGHTS, read_config
 from trainers.hparams import TrialHParams
 from trainers.pretrain import load_dense
 from trainers.reference import MatchedReference
-from trainers.training import fit, mean_loss
-from trainers.trial import evaluation_windows, run_trial
+from trainers.training import Schedule, fit, mean_loss
+from trainers.trial import TrialIO, evaluation_windows, run_trial
 
 TEXT = CORPUS.read_text(encoding="utf-8")
 
@@ -77,7 +77,7 @@ def chain(tmp_path: Path, sparsities: list[float], lrs: list[float]):
     for i, (sparsity, lr) in enumerate(zip(sparsities, lrs, strict=True)):
         folder = tmp_path / f"trial{i}"
         hp = TrialHParams(method="importance", sparsity=sparsity, lr=lr, min_heads_per_layer=1)
-        results.append(run_trial(setup, hp, save_dir=folder, parent=parent))
+        results.append(run_trial(setup, hp, TrialIO(save_dir=folder, parent=parent)))
         folders.append(folder)
         parent = folder
     return setup, results, folders
@@ -113,8 +113,8 @@ def replayed_by_hand(setup, lineage: list[dict]) -> list[tuple[int, float]]:
                 scores.append((start + done, math.exp(mean_loss(model, windows))))
                 return False
 
-            fit(model, setup.corpus.train, steps=steps, batch_size=setup.budget.batch_size,
-                lr=entry["lr"], generator=generator, after_step=record)  # fmt: skip
+            schedule = Schedule(steps, setup.budget.batch_size, entry["lr"])
+            fit(model, setup.corpus.train, generator, schedule, after_step=record)
             step += steps
     return scores
 

@@ -16,7 +16,7 @@ from trainers.hf import HFLanguageModel, HFModelConfig, architecture_config
 from trainers.hparams import PretrainConfig, TrialBudget, TrialHParams
 from trainers.pretrain import ensure_dense_checkpoint, load_dense
 from trainers.training import mean_loss
-from trainers.trial import TrialSetup, run_trial
+from trainers.trial import TrialIO, TrialSetup, run_trial
 
 ARCHITECTURES = {"gpt2": {}, "gpt_neox": {}, "llama": {"n_kv_head": 2}}  # llama: 4 heads in 2 groups
 
@@ -41,7 +41,7 @@ def setup(request, tmp_path_factory):
 @pytest.mark.parametrize("method", ["l0_target", "topk", "importance", "random"])
 def test_every_method_reaches_its_exact_budget(setup, method, tmp_path):
     hp = TrialHParams(method=method, sparsity=0.5, importance_batches=1, distill=method == "l0_target")
-    result = run_trial(setup, hp, save_dir=tmp_path)
+    result = run_trial(setup, hp, TrialIO(save_dir=tmp_path))
     assert sum(result.heads_per_layer) == heads_to_keep(12, 0.5) and min(result.heads_per_layer) >= 1
     model, _ = load_model(tmp_path)
     assert isinstance(model, HFLanguageModel)
@@ -69,9 +69,11 @@ def test_a_warm_start_prunes_a_pruned_model_further(setup, tmp_path):
     """Iterative pruning on every architecture (llama's grouped heads too): the child removes
     heads from its parent's saved model, keeps a subset of them, and its saved model scores
     what it recorded."""
-    parent = run_trial(setup, TrialHParams(method="importance", sparsity=0.25), save_dir=tmp_path / "p")
+    parent = run_trial(
+        setup, TrialHParams(method="importance", sparsity=0.25), TrialIO(save_dir=tmp_path / "p")
+    )
     hp = TrialHParams(method="importance", sparsity=0.5, importance_batches=1, distill=True)
-    child = run_trial(setup, hp, save_dir=tmp_path / "c", parent=tmp_path / "p")
+    child = run_trial(setup, hp, TrialIO(save_dir=tmp_path / "c", parent=tmp_path / "p"))
     assert sum(parent.heads_per_layer) == heads_to_keep(12, 0.25) and sum(child.heads_per_layer) == 6
     assert all(set(c) <= set(p) for c, p in zip(child.kept_heads, parent.kept_heads, strict=True))
     model, _ = load_model(tmp_path / "c")

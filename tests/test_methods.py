@@ -13,7 +13,7 @@ from trainers.model import LanguageModel, ModelConfig
 from trainers.pretrain import ensure_dense_checkpoint, load_dense
 from trainers.pruning import PruneContext, prune
 from trainers.pruning.importance import head_importance, mask_gradients
-from trainers.trial import TrialSetup, run_trial
+from trainers.trial import RungPlan, TrialIO, TrialSetup, run_trial
 
 FAMILIES = ["gpt", "all_attention"]
 
@@ -121,7 +121,7 @@ def test_unreachable_target_fails_before_training(setup, sparsity):
     calls = []
     hp = TrialHParams(method="l0_target", sparsity=sparsity, min_heads_per_layer=1)
     with pytest.raises(ValueError, match="min_heads_per_layer"):
-        run_trial(setup, hp, progress=lambda *a: calls.append(a))
+        run_trial(setup, hp, TrialIO(progress=lambda *a: calls.append(a)))
     assert calls == []
 
 
@@ -192,16 +192,18 @@ def crash_in_finetune(phase, step, total, loss):
 
 def test_a_retry_resumes_after_pruning_and_matches_an_uninterrupted_trial(setup, tmp_path):
     hp = TrialHParams(method="l0_target", sparsity=0.5)
-    whole = run_trial(setup, hp, save_dir=tmp_path / "whole")
+    whole = run_trial(setup, hp, TrialIO(save_dir=tmp_path / "whole"))
     with pytest.raises(Crash):
-        run_trial(setup, hp, progress=crash_in_finetune, save_dir=tmp_path / "first")
+        run_trial(setup, hp, TrialIO(progress=crash_in_finetune, save_dir=tmp_path / "first"))
     phases = []
     retried = run_trial(
         setup,
         hp,
-        progress=lambda p, *a: phases.append(p),
-        save_dir=tmp_path / "retry",
-        resume_dirs=[tmp_path / "retry", tmp_path / "first"],
+        TrialIO(
+            progress=lambda p, *a: phases.append(p),
+            save_dir=tmp_path / "retry",
+            resume_dirs=[tmp_path / "retry", tmp_path / "first"],
+        ),
     )
     assert "prune" not in phases and "finetune" in phases  # the pruning phase was not redone
     assert retried.phase_seconds["prune_resumed"] == 1.0
@@ -214,15 +216,13 @@ def test_a_checkpoint_of_other_hyperparameters_is_not_resumed(setup, tmp_path):
         run_trial(
             setup,
             TrialHParams(method="random", sparsity=0.5),
-            progress=crash_in_finetune,
-            save_dir=tmp_path / "first",
+            TrialIO(progress=crash_in_finetune, save_dir=tmp_path / "first"),
         )
     phases = []
     run_trial(
         setup,
         TrialHParams(method="l0_target", sparsity=0.5),
-        progress=lambda p, *a: phases.append(p),
-        resume_dirs=[tmp_path / "first"],
+        TrialIO(progress=lambda p, *a: phases.append(p), resume_dirs=[tmp_path / "first"]),
     )
     assert "prune" in phases
 
@@ -233,7 +233,9 @@ def test_rung_reports_come_at_fractions_of_the_fine_tuning(setup):
     while choosing, so it fine-tunes for all 12 + 4 steps), recorded as the trial's curve."""
     reports = []
     result = run_trial(
-        setup, TrialHParams(method="random", sparsity=0.5), rungs=[0.25, 0.5], report_rung=reports.append
+        setup,
+        TrialHParams(method="random", sparsity=0.5),
+        rungs=RungPlan(fractions=[0.25, 0.5], report=reports.append),
     )
     assert [(r.rung, r.step, r.steps) for r in reports] == [(0, 13, 16), (1, 14, 16)]
     assert all(r.n_params == result.n_params for r in reports)

@@ -371,7 +371,7 @@ def test_a_retry_resumes_from_the_after_pruning_checkpoint_on_the_store(
 
     from orchestrator.execution import _resumable
     from trainers.hparams import TrialHParams
-    from trainers.trial import AFTER_PRUNE, run_trial
+    from trainers.trial import AFTER_PRUNE, TrialIO, run_trial
 
     setup = tiny_trial_setup(tmp_path, small_text, prune_steps=2, finetune_steps=2, n_head=4)
     hp = TrialHParams(method="importance", sparsity=0.5)
@@ -382,12 +382,12 @@ def test_a_retry_resumes_from_the_after_pruning_checkpoint_on_the_store(
         publish(folder, join(location, folder.name))
         uploaded.append(folder.name)
 
-    first = run_trial(setup, hp, save_dir=tmp_path / "first-node", on_checkpoint=upload)
+    first = run_trial(setup, hp, TrialIO(save_dir=tmp_path / "first-node", on_checkpoint=upload))
     assert uploaded == [AFTER_PRUNE]
     monkeypatch.setenv("HEADPRUNE_CACHE", str(tmp_path / "second-node"))  # another node
     folder = _resumable(location)
     assert folder is not None and folder.is_relative_to(tmp_path / "second-node")
-    again = run_trial(setup, hp, resume_dirs=[folder])
+    again = run_trial(setup, hp, TrialIO(resume_dirs=[folder]))
     assert "prune_resumed" in again.phase_seconds and again.kept_heads == first.kept_heads
     assert again.val_perplexity == pytest.approx(first.val_perplexity, rel=1e-6)
     assert _resumable(f"s3://{bucket}/trials/s/8") is None

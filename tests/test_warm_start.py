@@ -16,7 +16,7 @@ from orchestrator.front_gaps import front_of
 from orchestrator.warm_start import parent_for
 from trainers.export import CONFIG, WEIGHTS, load_model
 from trainers.hparams import TrialHParams
-from trainers.trial import run_trial
+from trainers.trial import TrialIO, run_trial
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -146,9 +146,9 @@ def test_a_warm_started_trial_prunes_its_parents_heads_from_its_weights(tmp_path
     are the parent's exactly, not the dense checkpoint's."""
     setup = tiny_trial_setup(tmp_path, small_text, prune_steps=2, finetune_steps=4, n_head=4)
     parent_hp = TrialHParams(method="importance", sparsity=0.25, lr=1e-2)
-    parent = run_trial(setup, parent_hp, save_dir=tmp_path / "parent")
+    parent = run_trial(setup, parent_hp, TrialIO(save_dir=tmp_path / "parent"))
     child_hp = TrialHParams(method="importance", sparsity=0.5, lr=0.0)
-    child = run_trial(setup, child_hp, save_dir=tmp_path / "child", parent=tmp_path / "parent")
+    child = run_trial(setup, child_hp, TrialIO(save_dir=tmp_path / "child", parent=tmp_path / "parent"))
 
     assert sum(parent.heads_per_layer) == 6 and sum(child.heads_per_layer) == 4
     assert child.sparsity == 0.5
@@ -180,11 +180,11 @@ def test_a_warm_started_trial_prunes_its_parents_heads_from_its_weights(tmp_path
 
 def test_a_parent_that_cannot_be_pruned_down_to_the_target_is_refused(tmp_path, small_text):
     setup = tiny_trial_setup(tmp_path, small_text, prune_steps=2, finetune_steps=2, n_head=4)
-    run_trial(setup, TrialHParams(method="importance", sparsity=0.5), save_dir=tmp_path / "half")
+    run_trial(setup, TrialHParams(method="importance", sparsity=0.5), TrialIO(save_dir=tmp_path / "half"))
     with pytest.raises(ValueError, match="parent keeps 4 heads, the target 4: nothing to remove"):
-        run_trial(setup, TrialHParams(method="importance", sparsity=0.5), parent=tmp_path / "half")
+        run_trial(setup, TrialHParams(method="importance", sparsity=0.5), TrialIO(parent=tmp_path / "half"))
     with pytest.raises(ValueError, match="takes no sparsity target"):
-        run_trial(setup, TrialHParams(method="l0_penalty"), parent=tmp_path / "half")
+        run_trial(setup, TrialHParams(method="l0_penalty"), TrialIO(parent=tmp_path / "half"))
     foreign = tmp_path / "foreign"  # the same model, as if pruned from another dense checkpoint
     foreign.mkdir()
     for file in (tmp_path / "half").iterdir():
@@ -193,8 +193,8 @@ def test_a_parent_that_cannot_be_pruned_down_to_the_target_is_refused(tmp_path, 
     meta = json.loads((foreign / CONFIG).read_text())
     (foreign / CONFIG).write_text(json.dumps({**meta, "dense_weights": "0" * 64}))
     with pytest.raises(ValueError, match="not a model pruned from this study's dense checkpoint"):
-        run_trial(setup, TrialHParams(method="importance", sparsity=0.75), parent=foreign)
-    run_trial(setup, TrialHParams(method="importance", sparsity=0.75), parent=tmp_path / "half")
+        run_trial(setup, TrialHParams(method="importance", sparsity=0.75), TrialIO(parent=foreign))
+    run_trial(setup, TrialHParams(method="importance", sparsity=0.75), TrialIO(parent=tmp_path / "half"))
 
 
 @pytest.mark.slow
@@ -222,14 +222,16 @@ def test_a_retry_resumes_after_pruning_only_from_the_same_parent(tmp_path, small
     given the same parent: pruned from another, the checkpoint holds other heads."""
     setup = tiny_trial_setup(tmp_path, small_text, prune_steps=2, finetune_steps=2, n_head=4)
     for name, sparsity in (("a", 0.125), ("b", 0.25)):
-        run_trial(setup, TrialHParams(method="importance", sparsity=sparsity), save_dir=tmp_path / name)
+        run_trial(
+            setup, TrialHParams(method="importance", sparsity=sparsity), TrialIO(save_dir=tmp_path / name)
+        )
     hp = TrialHParams(method="importance", sparsity=0.5)
-    first = run_trial(setup, hp, save_dir=tmp_path / "try1", parent=tmp_path / "a")
-    again = run_trial(setup, hp, resume_dirs=[tmp_path / "try1"], parent=tmp_path / "a")
+    first = run_trial(setup, hp, TrialIO(save_dir=tmp_path / "try1", parent=tmp_path / "a"))
+    again = run_trial(setup, hp, TrialIO(resume_dirs=[tmp_path / "try1"], parent=tmp_path / "a"))
     assert "prune_resumed" in again.phase_seconds and again.kept_heads == first.kept_heads
-    other = run_trial(setup, hp, resume_dirs=[tmp_path / "try1"], parent=tmp_path / "b")
+    other = run_trial(setup, hp, TrialIO(resume_dirs=[tmp_path / "try1"], parent=tmp_path / "b"))
     assert "prune_resumed" not in other.phase_seconds
-    cold = run_trial(setup, hp, resume_dirs=[tmp_path / "try1"])
+    cold = run_trial(setup, hp, TrialIO(resume_dirs=[tmp_path / "try1"]))
     assert "prune_resumed" not in cold.phase_seconds
 
 
@@ -237,12 +239,12 @@ def test_an_earlier_versions_checkpoint_naming_folders_still_resumes(tmp_path, s
     """Checkpoints written before identities named models by digest alone also held the dense
     model's and the parent's folders: a retry still resumes from them."""
     setup = tiny_trial_setup(tmp_path, small_text, prune_steps=2, finetune_steps=2, n_head=4)
-    run_trial(setup, TrialHParams(method="importance", sparsity=0.25), save_dir=tmp_path / "a")
+    run_trial(setup, TrialHParams(method="importance", sparsity=0.25), TrialIO(save_dir=tmp_path / "a"))
     hp = TrialHParams(method="importance", sparsity=0.5)
-    first = run_trial(setup, hp, save_dir=tmp_path / "try1", parent=tmp_path / "a")
+    first = run_trial(setup, hp, TrialIO(save_dir=tmp_path / "try1", parent=tmp_path / "a"))
     config = tmp_path / "try1" / "after_prune" / CONFIG
     meta = json.loads(config.read_text())  # config.json vouches for the other files, not itself
     meta["identity"] |= {"dense": "/old/artifacts/dense/key", "parent": "/old/artifacts/trials/s/1"}
     config.write_text(json.dumps(meta))
-    again = run_trial(setup, hp, resume_dirs=[tmp_path / "try1"], parent=tmp_path / "a")
+    again = run_trial(setup, hp, TrialIO(resume_dirs=[tmp_path / "try1"], parent=tmp_path / "a"))
     assert "prune_resumed" in again.phase_seconds and again.kept_heads == first.kept_heads

@@ -15,7 +15,7 @@ from trainers.data import Corpus, eval_windows
 from trainers.export import CONFIG, CorruptModel, load_model, read_config, save_model
 from trainers.families import FamilyConfig, PrunableModel, build_model
 from trainers.hparams import PretrainConfig
-from trainers.training import Progress, final_scores, fit, mean_loss, pick_device
+from trainers.training import Progress, Schedule, final_scores, fit, mean_loss, pick_device
 
 
 @dataclass(frozen=True)
@@ -179,15 +179,17 @@ def _pretrain(
     fit(
         model,
         corpus.train,
-        steps=schedule.max_steps if schedule else pretrain.steps,
-        batch_size=pretrain.batch_size,
-        lr=pretrain.lr,
-        warmup_steps=pretrain.warmup_steps,
-        weight_decay=pretrain.weight_decay,
-        generator=torch.Generator().manual_seed(pretrain.seed),
+        torch.Generator().manual_seed(pretrain.seed),
+        Schedule(
+            steps=schedule.max_steps if schedule else pretrain.steps,
+            batch_size=pretrain.batch_size,
+            lr=pretrain.lr,
+            warmup_steps=pretrain.warmup_steps,
+            weight_decay=pretrain.weight_decay,
+            phase="pretrain",
+            lr_at=schedule.lr_at if schedule else None,
+        ),
         progress=progress,
-        phase="pretrain",
-        lr_at=schedule.lr_at if schedule else None,
         after_step=schedule.after_step if schedule else None,
     )
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from trainers.pretrain import load_dense
-from trainers.training import final_scores, fit, mean_loss, pick_device
+from trainers.training import Schedule, final_scores, fit, mean_loss, pick_device
 from trainers.trial import TrialSetup, evaluation_windows, lineage_steps, test_windows
 
 
@@ -114,15 +114,8 @@ class MatchedReference:
                             best = self._scored(model, start + done_steps, val)
                     return False
 
-                fit(
-                    model,
-                    self.setup.corpus.train,
-                    steps=phase_steps,
-                    batch_size=self.setup.budget.batch_size,
-                    lr=float(entry["lr"]),
-                    generator=generator,
-                    after_step=checkpoint,
-                )
+                schedule = Schedule(phase_steps, self.setup.budget.batch_size, float(entry["lr"]))
+                fit(model, self.setup.corpus.train, generator, schedule, after_step=checkpoint)
                 step += phase_steps
                 self.steps_trained += phase_steps
             key = json.dumps(lineage[: i + 1], sort_keys=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -51,47 +52,63 @@ def weight_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """How long one run of the training loop is and at which rate: ``lr_at(step)`` (default:
+    ``warmup_steps`` of warm-up, then cosine decay over ``steps``), AdamW with ``weight_decay``
+    on the weight matrices; ``phase`` names it in progress lines."""
+
+    steps: int
+    batch_size: int
+    lr: float
+    warmup_steps: int = 0
+    weight_decay: float = 0.01
+    phase: str = "train"
+    lr_at: Callable[[int], float] | None = None
+
+
+@dataclass(frozen=True)
+class Learner:
+    """What a run minimises and what learns: ``objective(step, x, y)`` (default
+    ``loss_fn(model, x, y, None)``, default cross-entropy); the weights (frozen with
+    ``train_weights=False``) and ``extra_optimizers`` (a pruning method's gates)."""
+
+    loss_fn: Callable | None = None
+    objective: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    train_weights: bool = True
+    extra_optimizers: Sequence[torch.optim.Optimizer] = ()
+
+
 def fit(
     model: torch.nn.Module,
     tokens: torch.Tensor,
-    *,
-    steps: int,
-    batch_size: int,
-    lr: float,
     generator: torch.Generator,
-    warmup_steps: int = 0,
-    weight_decay: float = 0.01,
-    loss_fn: Callable | None = None,
-    objective: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-    train_weights: bool = True,
-    extra_optimizers: Sequence[torch.optim.Optimizer] = (),
+    schedule: Schedule,
+    learner: Learner = Learner(),
     progress: Progress | None = None,
-    phase: str = "train",
-    lr_at: Callable[[int], float] | None = None,
     after_step: Callable[[int], bool] | None = None,
 ) -> float:
     """The one training loop: pretraining, gate training and fine-tuning all run here.
 
-    Each step draws a random batch and minimises ``objective(step, x, y)`` (default
-    ``loss_fn(model, x, y, None)``, default cross-entropy). The weights are trained by AdamW
-    (``weight_groups``) at ``lr_at(step)`` (default: warm-up and cosine decay over ``steps``);
-    with ``train_weights=False`` they are frozen and only ``extra_optimizers`` (a pruning
-    method's gates) learn. ``after_step(steps_done)`` runs after every step (evaluations,
-    reports to the scheduler) and ends the training early by returning True. Returns the last
-    loss."""
+    Each step draws a random batch of ``tokens`` (``generator``) and minimises the
+    ``learner``'s objective, on the ``schedule``. ``after_step(steps_done)`` runs after every
+    step (evaluations, reports to the scheduler) and ends the training early by returning True.
+    Returns the last loss."""
+    steps, batch_size, lr, phase = schedule.steps, schedule.batch_size, schedule.lr, schedule.phase
+    objective, train_weights = learner.objective, learner.train_weights
     device = next(model.parameters()).device
     if objective is None:
-        loss_fn = loss_fn or plain_loss
+        loss_fn = learner.loss_fn or plain_loss
         objective = lambda step, x, y: loss_fn(model, x, y, None)  # noqa: E731
-    optimizers = list(extra_optimizers)
+    optimizers = list(learner.extra_optimizers)
     weights_opt = None
     if train_weights:
         model.train()
-        weights_opt = torch.optim.AdamW(weight_groups(model, weight_decay), lr=lr, betas=(0.9, 0.99))
+        weights_opt = torch.optim.AdamW(weight_groups(model, schedule.weight_decay), lr=lr, betas=(0.9, 0.99))
         optimizers.append(weights_opt)
     else:
         model.eval().requires_grad_(False)  # judged as it is: no dropout, no weight gradients
-    lr_at = lr_at or (lambda step: cosine_lr(step, steps, lr, warmup_steps))
+    lr_at = schedule.lr_at or (lambda step: cosine_lr(step, steps, lr, schedule.warmup_steps))
     loss_value = float("nan")
     try:
         for step in range(steps):

@@ -1,10 +1,12 @@
 """One trial: dense checkpoint -> prune -> remove heads physically -> fine-tune -> evaluate.
 
-Or, warm-started (``run_trial``'s ``parent``), the same from a larger model an earlier trial of the
+Or, warm-started (``TrialIO.parent``), the same from a larger model an earlier trial of the
 study pruned and fine-tuned: iterative pruning (docs/methods.md, warm starts).
 
-A trial is a plain function of (setup, hyperparameters, progress callback); it knows nothing of
-Optuna, Ray or databases and can be run and tested alone.
+A trial is a plain function of (setup, hyperparameters, where its models go, its rungs): named
+phases (``prepare``, ``choose_heads``, ``fine_tune``, ``score``, ``save``) passing a
+``TrialInProgress`` along; it knows nothing of Optuna, Ray or databases and can be run and
+tested alone.
 """
 
 from __future__ import annotations
@@ -20,11 +22,21 @@ import torch
 from trainers.data import Corpus, eval_windows, rung_windows
 from trainers.distillation import PeerDistillation
 from trainers.export import WEIGHTS, CorruptModel, load_model, read_config, save_model
+from trainers.families import PrunableModel
 from trainers.gates import check_reachable, heads_to_keep
 from trainers.hparams import TARGET_METHODS, TrialBudget, TrialHParams
 from trainers.pretrain import DenseCheckpoint, load_dense
 from trainers.pruning import PruneContext, PruneOutcome, plain_loss, prune
-from trainers.training import Progress, final_scores, fit, mean_loss, pick_device, tokens_per_second
+from trainers.training import (
+    Learner,
+    Progress,
+    Schedule,
+    final_scores,
+    fit,
+    mean_loss,
+    pick_device,
+    tokens_per_second,
+)
 
 
 @dataclass(frozen=True)
@@ -201,100 +213,174 @@ def test_windows(setup: TrialSetup) -> tuple[torch.Tensor, torch.Tensor]:
     return eval_windows(setup.corpus.test, setup.dense.model_config.block_size, setup.budget.eval_tokens)
 
 
+@dataclass(frozen=True)
+class TrialIO:
+    """Where a trial's models go and come from, and who hears of its progress. With
+    ``save_dir``, the pruned model is written there, and a checkpoint after pruning that a retry
+    (``resume_dirs``: earlier attempts' folders) continues from. With ``parent`` (a ``save_dir``
+    of an earlier trial on the same dense checkpoint, ``load_parent``), the trial starts from that
+    model and removes heads from those it kept, down to the same target; distillation's teacher
+    stays the dense model. ``on_checkpoint`` is given each folder written under ``save_dir`` as
+    soon as it is whole (the after-pruning checkpoint; the caller handles the model itself): a
+    worker uploads it to an object store there."""
+
+    save_dir: Path | None = None
+    resume_dirs: Sequence[Path] = ()
+    parent: Path | None = None
+    on_checkpoint: Callable[[Path], None] | None = None
+    progress: Progress | None = None
+
+
+@dataclass(frozen=True)
+class RungPlan:
+    """When a trial is scored before its end, and who is told. At each fraction of the
+    fine-tuning budget (counted in weight updates since the trial began, ``prune_steps +
+    fraction x finetune_steps``: the same for every method) the validation slice is scored
+    (``eval_tokens`` of it, spread over it; 0: all) and passed to ``report`` (which may never
+    return: a scheduler stopping the trial)."""
+
+    fractions: Sequence[float] = ()
+    report: Callable[[RungReport], None] | None = None
+    eval_tokens: int = 0
+
+
+@dataclass
+class TrialInProgress:
+    """What each phase of a trial leaves to the next."""
+
+    setup: TrialSetup
+    hp: TrialHParams
+    io: TrialIO
+    cpu_start: float
+    generator: torch.Generator
+    loss_fn: Callable
+    identity: dict  # what a retry must match to resume (the dense weights, the seed, the budget)
+    model: PrunableModel  # the dense model, the parent, then the pruned one
+    prune_hp: TrialHParams  # as ``hp``, the target taken from the parent's size when warm-started
+    started_from: list[list[int]]  # the dense model's heads the model holds, per layer
+    lineage: list[dict] | None  # None: a parent of a version that recorded none
+    device: torch.device
+    outcome: PruneOutcome | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class FineTuned:
+    steps: int  # weight updates of the fine-tuning
+    curve: list[list[float]]  # [rung, step, perplexity] at each rung reached
+    n_params: int
+    n_params_nonembed: int
+
+
+@dataclass
+class Scores:
+    val_perplexity: float
+    bits_per_byte: float
+    test_perplexity: float | None
+    test_bits_per_byte: float | None
+    tokens_per_s: float
+
+
 def run_trial(
-    setup: TrialSetup,
-    hp: TrialHParams,
-    progress: Progress | None = None,
-    save_dir: Path | None = None,
-    resume_dirs: list[Path] = (),
-    rungs: Sequence[float] = (),
-    report_rung: Callable[[RungReport], None] | None = None,
-    rung_eval_tokens: int = 0,
-    parent: Path | None = None,
-    on_checkpoint: Callable[[Path], None] | None = None,
+    setup: TrialSetup, hp: TrialHParams, io: TrialIO = TrialIO(), rungs: RungPlan = RungPlan()
 ) -> TrialResult:
-    """Prune, fine-tune, evaluate. With ``save_dir``, write the pruned model there, and a
-    checkpoint after pruning that a retry (``resume_dirs``) continues from. With ``parent`` (a
-    ``save_dir`` of an earlier trial on the same dense checkpoint, ``load_parent``), start from
-    that model and remove heads from those it kept, down to the same target; distillation's
-    teacher stays the dense model. At each fraction in
-    ``rungs`` of the fine-tuning budget (counted in weight updates since the trial began,
-    ``prune_steps + fraction x finetune_steps``: the same for every method), score the validation
-    slice (``rung_eval_tokens`` of it, spread over it; 0: all) and pass it to ``report_rung``
-    (which may never return: a scheduler stopping the trial). ``on_checkpoint`` is given each
-    folder written under ``save_dir`` as soon as it is whole (the after-pruning checkpoint; the
-    caller handles the model itself): a worker uploads it to an object store there."""
+    """Prepare, choose the heads (and remove them), fine-tune with rungs, score, save."""
+    trial = prepare(setup, hp, io)
+    choose_heads(trial)
+    tuned = fine_tune(trial, rungs)
+    return save(trial, tuned, score(trial))
+
+
+def prepare(setup: TrialSetup, hp: TrialHParams, io: TrialIO) -> TrialInProgress:
+    """The device, the seeded batches, the model the trial starts from (the dense model or its
+    parent) and the loss (with peer distillation, the dense model as teacher); a target that
+    cannot be reached fails here, before any training."""
     cpu_start = time.process_time()
-    cfg = setup.dense.model_config
-    heads = list(cfg.layer_heads)
+    heads = list(setup.dense.model_config.layer_heads)
     if hp.method in TARGET_METHODS:
-        check_reachable(heads, hp.sparsity, hp.min_heads_per_layer)  # fail before any training
-    budget = setup.budget
-    device = pick_device(budget.device)
+        check_reachable(heads, hp.sparsity, hp.min_heads_per_layer)
+    device = pick_device(setup.budget.device)
     torch.manual_seed(setup.seed)
     # Every trial draws the same batches: differences between trials come from hyperparameters.
     generator = torch.Generator().manual_seed(setup.seed)
-    dense = load_dense(setup.dense, device) if parent is None or hp.distill else None
-    loss_fn = plain_loss
-    if hp.distill:
-        loss_fn = PeerDistillation(dense, hp.distill_layer, hp.distill_logit)
-    seconds: dict[str, float] = {}
-
+    dense = load_dense(setup.dense, device) if io.parent is None or hp.distill else None
+    loss_fn = PeerDistillation(dense, hp.distill_layer, hp.distill_logit) if hp.distill else plain_loss
     identity = {  # the dense model by its weights' digest: on a cluster each node has its own copy
         "seed": setup.seed,
         "dense_weights": dense_weights(setup.dense),
-        "budget": asdict(budget),
+        "budget": asdict(setup.budget),
     }
-    model, prune_hp, started_from = dense, hp, [list(range(n)) for n in heads]
-    lineage: list[dict] | None = []
-    if parent is not None:
-        warm = load_parent(Path(parent), heads, identity["dense_weights"], device)
-        model, started_from, lineage = warm.model, warm.kept_heads, warm.lineage
-        prune_hp = target_from(list(model.cfg.layer_heads), heads, hp)
+    trial = TrialInProgress(
+        setup,
+        hp,
+        io,
+        cpu_start,
+        generator,
+        loss_fn,
+        identity,
+        dense,
+        hp,
+        [list(range(n)) for n in heads],
+        [],
+        device,
+    )
+    if io.parent is not None:
+        warm = load_parent(Path(io.parent), heads, identity["dense_weights"], device)
+        trial.model, trial.started_from, trial.lineage = warm.model, warm.kept_heads, warm.lineage
+        trial.prune_hp = target_from(list(warm.model.cfg.layer_heads), heads, hp)
         identity.update(warm.identity)
-        del dense  # the teacher, if any, holds its own copy
-    resumed = _resume_point([Path(d) for d in resume_dirs], hp, identity, device)
+    return trial
+
+
+def choose_heads(trial: TrialInProgress) -> None:
+    """The method chooses the heads to keep and they are removed, or an earlier attempt's
+    choice is resumed; with ``save_dir``, the pruned model is checkpointed for a retry."""
+    setup, budget, io = trial.setup, trial.setup.budget, trial.io
+    resumed = _resume_point([Path(d) for d in io.resume_dirs], trial.hp, trial.identity, trial.device)
     if resumed:
-        model, outcome, seconds["prune"], generator_state = resumed
-        generator.set_state(generator_state)
-        seconds["prune_resumed"] = 1.0
+        trial.model, trial.outcome, trial.seconds["prune"], generator_state = resumed
+        trial.generator.set_state(generator_state)
+        trial.seconds["prune_resumed"] = 1.0
     else:
         start = time.perf_counter()
         context = PruneContext(
-            model,
+            trial.model,
             setup.corpus.train,
-            prune_hp,
+            trial.prune_hp,
             steps=budget.prune_steps,
             batch_size=budget.batch_size,
-            generator=generator,
-            loss_fn=loss_fn,
-            progress=progress,
+            generator=trial.generator,
+            loss_fn=trial.loss_fn,
+            progress=io.progress,
         )
-        outcome = prune(context)
-        model = model.prune_heads(outcome.keep, outcome.head_scale)
-        seconds["prune"] = time.perf_counter() - start
-    if save_dir is not None:  # a resumed trial keeps one too: a retry of the retry resumes from it
+        trial.outcome = prune(context)
+        trial.model = trial.model.prune_heads(trial.outcome.keep, trial.outcome.head_scale)
+        trial.seconds["prune"] = time.perf_counter() - start
+    if io.save_dir is not None:  # a resumed trial keeps one too: a retry of the retry resumes from it
         meta = {
-            "hparams": hp.to_dict(),
-            "identity": identity,
-            "keep": outcome.keep,
-            "trained_steps": outcome.trained_steps,
-            "prune_seconds": seconds["prune"],
-            "generator_state": generator.get_state().tolist(),
+            "hparams": trial.hp.to_dict(),
+            "identity": trial.identity,
+            "keep": trial.outcome.keep,
+            "trained_steps": trial.outcome.trained_steps,
+            "prune_seconds": trial.seconds["prune"],
+            "generator_state": trial.generator.get_state().tolist(),
         }
-        save_model(model, setup.corpus.tokenizer, Path(save_dir) / AFTER_PRUNE, extra=meta)
-        if on_checkpoint is not None:
-            on_checkpoint(Path(save_dir) / AFTER_PRUNE)
+        save_model(trial.model, setup.corpus.tokenizer, Path(io.save_dir) / AFTER_PRUNE, extra=meta)
+        if io.on_checkpoint is not None:
+            io.on_checkpoint(Path(io.save_dir) / AFTER_PRUNE)
 
+
+def fine_tune(trial: TrialInProgress, rungs: RungPlan) -> FineTuned:
+    """The pruned model trained at the trial's rate, scored at each rung on the way."""
+    setup, budget, model, outcome = trial.setup, trial.setup.budget, trial.model, trial.outcome
     start = time.perf_counter()
     # Methods that trained no weights while pruning get those steps here: equal budgets for all.
     steps = budget.finetune_steps + budget.prune_steps - outcome.trained_steps
-    windows = evaluation_windows(setup)
-    scored_at_rungs = rung_windows(windows, rung_eval_tokens)
+    scored_at_rungs = rung_windows(evaluation_windows(setup), rungs.eval_tokens)
     total, nonembed = model.count_parameters()  # fixed once the heads are removed
     curve: list[list[float]] = []
     rung_at: dict[int, int] = {}  # fine-tuning step -> rung (two rungs on one step: the first)
-    for rung, fraction in enumerate(rungs):
+    for rung, fraction in enumerate(rungs.fractions):
         # Every method's weights have had as many updates at a rung: prune_steps + fraction x
         # finetune_steps since the trial began. As a fraction of each trial's own fine-tuning, a
         # gated method (100 updates while choosing) met importance (none) after 133 updates to 44.
@@ -309,64 +395,81 @@ def run_trial(
         if step in rung_at:
             ppl = math.exp(mean_loss(model, scored_at_rungs))
             curve.append([rung_at[step], step, ppl])
-            if report_rung is not None:
-                cpu = time.process_time() - cpu_start
+            if rungs.report is not None:
+                cpu = time.process_time() - trial.cpu_start
                 tokens = scored_at_rungs[1].numel()
-                report_rung(RungReport(rung_at[step], step, steps, ppl, total, cpu, tokens))
+                rungs.report(RungReport(rung_at[step], step, steps, ppl, total, cpu, tokens))
         return False
 
     if steps:
         fit(
             model,
             setup.corpus.train,
-            steps=steps,
-            batch_size=budget.batch_size,
-            lr=hp.lr,
-            generator=generator,
-            loss_fn=loss_fn,
-            progress=progress,
-            phase="finetune",
+            trial.generator,
+            Schedule(steps, budget.batch_size, trial.hp.lr, phase="finetune"),
+            Learner(loss_fn=trial.loss_fn),
+            progress=trial.io.progress,
             after_step=at_rung if rung_at else None,
         )
-    seconds["finetune"] = time.perf_counter() - start
+    trial.seconds["finetune"] = time.perf_counter() - start
+    return FineTuned(steps, curve, total, nonembed)
 
+
+def score(trial: TrialInProgress) -> Scores:
+    """Validation (and test, where the corpus has a split for it) perplexity and bits per byte,
+    and the model's speed."""
+    setup, model = trial.setup, trial.model
     start = time.perf_counter()
+    windows = evaluation_windows(setup)
     ppl, bpb = final_scores(model, windows, setup.corpus.tokenizer)
     test_ppl = test_bpb = None
     if setup.corpus.test is not None:
         test_ppl, test_bpb = final_scores(model, test_windows(setup), setup.corpus.tokenizer)
-    speed = tokens_per_second(model, windows[0][: budget.batch_size])
-    seconds["eval"] = time.perf_counter() - start
+    speed = tokens_per_second(model, windows[0][: setup.budget.batch_size])
+    trial.seconds["eval"] = time.perf_counter() - start
+    return Scores(ppl, bpb, test_ppl, test_bpb, speed)
 
+
+def save(trial: TrialInProgress, tuned: FineTuned, scores: Scores) -> TrialResult:
+    """The trial's lineage extended, its model written (with ``save_dir``), its result."""
+    hp, outcome, io = trial.hp, trial.outcome, trial.io
+    lineage = trial.lineage
     if lineage is not None:
-        phases = [n for n in (outcome.trained_steps, steps) if n]
+        phases = [n for n in (outcome.trained_steps, tuned.steps) if n]
         lineage = [*lineage, {"lr": hp.lr, "steps": phases}]
+    started_from = trial.started_from
     kept_heads = [[started_from[layer][i] for i in sorted(k)] for layer, k in enumerate(outcome.keep)]
-    if save_dir is not None:
-        extra = {"hparams": hp.to_dict(), "val_perplexity": ppl, "bits_per_byte": bpb, "lineage": lineage}
-        if test_ppl is not None:
-            extra.update(test_perplexity=test_ppl, test_bits_per_byte=test_bpb)
+    if io.save_dir is not None:
+        extra = {
+            "hparams": hp.to_dict(),
+            "val_perplexity": scores.val_perplexity,
+            "bits_per_byte": scores.bits_per_byte,
+            "lineage": lineage,
+        }
+        if scores.test_perplexity is not None:
+            extra.update(test_perplexity=scores.test_perplexity, test_bits_per_byte=scores.test_bits_per_byte)
         # what a later trial warm-started from this one checks (load_parent)
-        extra.update(kept_heads=kept_heads, dense_weights=identity["dense_weights"])
-        if parent is not None:
-            extra["parent_weights"] = identity["parent_weights"]
-        save_model(model, setup.corpus.tokenizer, save_dir, extra=extra)
+        extra.update(kept_heads=kept_heads, dense_weights=trial.identity["dense_weights"])
+        if io.parent is not None:
+            extra["parent_weights"] = trial.identity["parent_weights"]
+        save_model(trial.model, trial.setup.corpus.tokenizer, io.save_dir, extra=extra)
     n_kept = sum(len(k) for k in outcome.keep)
+    heads = trial.setup.dense.model_config.layer_heads
     return TrialResult(
-        val_perplexity=ppl,
-        bits_per_byte=bpb,
-        n_params=total,
-        n_params_nonembed=nonembed,
+        val_perplexity=scores.val_perplexity,
+        bits_per_byte=scores.bits_per_byte,
+        n_params=tuned.n_params,
+        n_params_nonembed=tuned.n_params_nonembed,
         sparsity=1.0 - n_kept / sum(heads),
         heads_per_layer=[len(k) for k in outcome.keep],
         kept_heads=kept_heads,
         method=hp.method,
-        tokens_per_s=speed,
-        phase_seconds=seconds,
-        curve=curve,
-        cpu_seconds=time.process_time() - cpu_start,
-        test_perplexity=test_ppl,
-        test_bits_per_byte=test_bpb,
+        tokens_per_s=scores.tokens_per_s,
+        phase_seconds=trial.seconds,
+        curve=tuned.curve,
+        cpu_seconds=time.process_time() - trial.cpu_start,
+        test_perplexity=scores.test_perplexity,
+        test_bits_per_byte=scores.test_bits_per_byte,
         lineage=lineage,
         lineage_steps=None if lineage is None else lineage_steps(lineage),
     )

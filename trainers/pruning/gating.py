@@ -13,7 +13,7 @@ from trainers.gates import select_heads
 from trainers.knobs import bounded, choice
 from trainers.pruning.registry import PruneContext, PruneOutcome
 from trainers.schedules import SHAPES, ramp
-from trainers.training import fit
+from trainers.training import Learner, Schedule, fit
 
 # The knobs every gate method has (methods.md sections 3-5). Shim et al. used a gates' rate 10x
 # their weights'; 30 x the default 3e-4 keeps the gates' rate near 1e-2, where they close within
@@ -69,15 +69,10 @@ def train_gates(context: PruneContext, gater: Gater) -> None:
     fit(
         model,
         context.tokens,
-        steps=steps,
-        batch_size=context.batch_size,
-        lr=hp.lr,
-        generator=context.generator,
-        objective=objective,
-        train_weights=not hp.freeze_weights,
-        extra_optimizers=optimizers,
+        context.generator,
+        Schedule(steps, context.batch_size, hp.lr, phase="prune"),
+        Learner(objective=objective, train_weights=not hp.freeze_weights, extra_optimizers=optimizers),
         progress=context.progress,
-        phase="prune",
     )
 
 
