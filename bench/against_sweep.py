@@ -32,6 +32,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from trainers.gates import heads_to_keep
+from trainers.pruning.registry import removes_heads
 
 BANDS = ((4, 10), (11, 15), (16, 31))  # heads kept, as bench.seed_noise reports its noise
 
@@ -48,7 +49,7 @@ def first_by_head_count(points: list[dict], total_heads: int) -> dict[int, float
     that size; the dense control and stopped trials left out)."""
     sizes: dict[int, float] = {}
     for p in points:
-        if "ppl" in p and p["hparams"]["method"] != "dense":
+        if "ppl" in p and removes_heads(p["hparams"]["method"]):
             sizes.setdefault(heads_to_keep(total_heads, p["sparsity"]), p["ppl"])
     return sizes
 

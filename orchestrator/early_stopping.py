@@ -42,6 +42,7 @@ from collections.abc import Hashable, Sequence
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from orchestrator.frontier import dominates
+from trainers.pruning.registry import removes_heads
 
 RUNG_KEY = "rung"  # in a trial's intermediate results: the index of the rung it reached
 
@@ -261,7 +262,7 @@ class ParetoHalvingScheduler(FIFOScheduler):
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
         rung = result.get(RUNG_KEY)
-        if rung is None or trial.config["hparams"]["method"] == "dense":
+        if rung is None or not removes_heads(trial.config["hparams"]["method"]):
             return TrialScheduler.CONTINUE
         point = (result["val_perplexity"], result["n_params"])
         keep = self.halving.decide(int(rung), trial.config["optuna_trial"], point)

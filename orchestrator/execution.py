@@ -41,6 +41,7 @@ from orchestrator.study_trials import StudyTrials
 from orchestrator.warm_start import parent_for
 from trainers.export import WEIGHTS, CorruptModel, read_config
 from trainers.hparams import TrialHParams
+from trainers.pruning.registry import removes_heads
 from trainers.trial import (
     AFTER_PRUNE,
     TRANSIENT_ERRORS,
@@ -169,7 +170,7 @@ def train_on_worker(
             hparams,
             TrialIO(save_dir=save_dir, resume_dirs=resume, parent=parent, on_checkpoint=upload),
             RungPlan(
-                fractions=() if hparams.method == "dense" else rungs,
+                fractions=rungs if removes_heads(hparams.method) else (),
                 report=reporter,
                 eval_tokens=rung_eval_tokens,
             ),

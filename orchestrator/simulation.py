@@ -39,6 +39,7 @@ from orchestrator.execution import (
     rung_result,
 )
 from trainers.gates import heads_to_keep
+from trainers.pruning.registry import removes_heads
 from trainers.trial import RungReport, TrialResult
 
 
@@ -125,7 +126,7 @@ class SimulatedExecutor:
                 running[trial_id] = _Running(trial_id, config, plan)
                 self.stats.started += 1
                 self.stats.most_in_flight = max(self.stats.most_in_flight, len(running))
-                reports = [] if config["hparams"]["method"] == "dense" else plan.rung_perplexities
+                reports = plan.rung_perplexities if removes_heads(config["hparams"]["method"]) else []
                 for rung, fraction in enumerate(self.rungs[: len(reports)]):
                     heapq.heappush(events, (now + fraction * plan.seconds, next(order), trial_id, rung))
                 heapq.heappush(events, (now + plan.seconds, next(order), trial_id, -1))
@@ -179,7 +180,7 @@ class MeasuredTrials:
 
     def __call__(self, config: dict[str, Any], rng: random.Random) -> SimulatedTrial:
         hparams = config["hparams"]
-        default = 0.0 if hparams["method"] == "dense" else rng.uniform(0.05, 0.875)
+        default = rng.uniform(0.05, 0.875) if removes_heads(hparams["method"]) else 0.0
         sparsity = hparams.get("sparsity", default)
         total, layers = sum(self.layer_heads), len(self.layer_heads)
         kept = heads_to_keep(total, sparsity) if sparsity else total
@@ -232,7 +233,7 @@ def replay_on_worker(config: dict[str, Any], trial_model: TrialModel, rungs: tup
     from ray import tune
 
     plan = trial_model(config, random.Random(config["optuna_trial"]))
-    if config["hparams"]["method"] != "dense":
+    if removes_heads(config["hparams"]["method"]):
         for rung, fraction in enumerate(rungs[: len(plan.rung_perplexities)]):
             tune.report(rung_report(plan, rung, fraction))
     tune.report(plan.final)

@@ -10,4 +10,8 @@ def choose(context: PruneContext) -> PruneOutcome:
     return PruneOutcome([list(range(n)) for n in context.heads], None, trained_steps=0)
 
 
-register(Method("dense", choose, removes_target=False, doc="nothing removed: the dense control"))
+register(
+    Method(
+        "dense", choose, removes_target=False, removes_heads=False, doc="nothing removed: the dense control"
+    )
+)

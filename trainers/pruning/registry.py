@@ -59,6 +59,7 @@ class Method:
     name: str
     choose: Callable[[PruneContext], PruneOutcome]
     removes_target: bool  # keeps exactly round((1 - sparsity) x heads): `sparsity` is searched for it
+    removes_heads: bool = True  # False: nothing removed (``dense``, the study's control: no rungs)
     # name -> field (trainers.knobs.bounded / choice): searched, fixed or left at its default for
     # this method's trials only. Methods may share knobs (the gate methods' schedule): the same
     # name must then be the same field.
@@ -103,6 +104,12 @@ def method(name: str) -> Method:
     if found is None:
         raise ValueError(f"unknown pruning method {name!r}; choose one of {tuple(methods())}")
     return found
+
+
+def removes_heads(name: str) -> bool:
+    """Whether the method ``name`` removes any head (the dense control's does not: it is never
+    judged at rungs, and its sparsity is 0)."""
+    return method(name).removes_heads
 
 
 def prune(context: PruneContext) -> PruneOutcome:
