@@ -224,6 +224,43 @@ def kill_new_ray_processes(before: set[int]) -> None:
         time.sleep(0.5)
 
 
+def wait_until(condition, what: str, timeout: float = 120.0, every: float = 0.1):
+    """Poll ``condition()`` until it returns something true (returned), or fail after
+    ``timeout`` seconds saying ``what`` was awaited: a test waits on what it needs, never for a
+    fixed time."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if found := condition():
+            return found
+        time.sleep(every)
+    raise AssertionError(f"waited {timeout:.0f}s for {what}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def busy_trial_worker(before: set[int], cpu: float = 0.5, timeout: float = 120.0) -> set[int]:
+    """The pids of this test's Ray trial workers once one of them has used ``cpu`` more seconds
+    of CPU than when first seen: a trial is training, not starting."""
+    seen: dict[int, float] = {}
+
+    def training() -> set[int]:
+        workers = ray_processes("ray::ImplicitFunc") - before
+        for pid in workers:
+            seen.setdefault(pid, cpu_seconds(pid))
+        return workers if any(cpu_seconds(pid) - seen[pid] >= cpu for pid in workers) else set()
+
+    return wait_until(training, f"a trial worker training ({cpu:g}s of CPU)", timeout)
+
+
 def expected_front(study: optuna.Study) -> list[tuple[int, float, int]]:
     """The non-dominated COMPLETE trials, recomputed from Optuna's own records."""
     done = [t for t in study.get_trials() if t.state == optuna.trial.TrialState.COMPLETE]

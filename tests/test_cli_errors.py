@@ -164,7 +164,7 @@ CASES = {
         ["--set", "search.lr={low=1e-3,high=1e-2,step=1e-3,log=true}"],
         ["[search] lr", "log or step, not both"],
     ),
-    # The hf family (trainers/hf.py): each key where it belongs, a model that is on this machine.
+    # The hf family (trainers/hf/): each key where it belongs, a model that is on this machine.
     "hf without a model": (
         {"[model]\n": '[model]\nfamily = "hf"\n'},
         [],

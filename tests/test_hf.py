@@ -1,4 +1,4 @@
-"""The hf family (trainers/hf.py) on tiny random models built from configs: nothing is downloaded."""
+"""The hf family (trainers/hf/) on tiny random models built from configs: nothing is downloaded."""
 
 from __future__ import annotations
 

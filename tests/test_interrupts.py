@@ -14,7 +14,7 @@ from helpers import REPO, leftover_ray_processes, ray_processes
 AFTER_SHUTDOWN = """
 import os, signal, time, types
 from orchestrator.interrupts import Interrupted, raise_on_sigterm
-from orchestrator.runner import ray_session
+from orchestrator.on_tune import ray_session
 
 raise_on_sigterm()
 with ray_session(types.SimpleNamespace(ray_address=None, max_concurrent=1), 1):

@@ -21,6 +21,7 @@ import pytest
 from helpers import (
     LAUNCH_STUDY,
     SMOKE,
+    busy_trial_worker,
     drop_study,
     expected_front,
     frontier_triples,
@@ -30,6 +31,7 @@ from helpers import (
     run_smoke_study,
     server_url,
     start_own_session,
+    wait_until,
 )
 from optuna.trial import TrialState
 
@@ -92,6 +94,26 @@ def wait_for(log: Path, pattern: str, proc: subprocess.Popen, timeout: float = 1
     raise AssertionError(f"no {pattern!r} within {timeout}s:\n{log.read_text()[-2000:]}")
 
 
+def heartbeat_age(url: str, name: str) -> float:
+    """Seconds since the study's lease holder last renewed it (0 while there is no lease)."""
+    from datetime import UTC, datetime
+
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as connection:
+            beat = connection.execute(
+                sa.text("SELECT heartbeat_at FROM study_lease WHERE study_name = :n"), {"n": name}
+            ).scalar()
+    finally:
+        engine.dispose()
+    if beat is None:
+        return 0.0
+    beat = datetime.fromisoformat(beat) if isinstance(beat, str) else beat
+    return (datetime.now(UTC) - (beat if beat.tzinfo else beat.replace(tzinfo=UTC))).total_seconds()
+
+
 def check_invariants(url: str, name: str, before_kill: dict[int, list[float]]) -> optuna.Study:
     store = open_store(url)
     study = optuna.load_study(study_name=name, storage=store.storage)
@@ -146,13 +168,14 @@ class TestDriverKilled:
         try:
             wait_for(log, KILL_POINTS[point], proc)
             if point == "during a trial":
-                time.sleep(0.7)  # the dense control trains ~110 steps: about a second
+                busy_trial_worker(before)  # killed while the dense control trains
             proc.send_signal(signal.SIGKILL)
             proc.wait()
         finally:
             kill_new_ray_processes(before)
         done_before = completed(url, name)
-        time.sleep(2.2)  # the dead driver's lease expires
+        # No wait for the lease: its holder's process is gone from this machine, which the
+        # next driver sees (storage/lease.py), and it takes the study over at once.
         again = run_smoke_study(url, name, *SLOWER, cwd=tmp_path)
         assert again.returncode == 0, again.stderr[-3000:]
         assert "took over the study from" in again.stderr  # the killed driver's lease, said so
@@ -169,12 +192,7 @@ class TestInterruptsAndRaces:
         proc, log = start(url, name, tmp_path, "--set", "trial.finetune_steps=400")
         try:
             wait_for(log, r"trial 0: started", proc)
-            deadline = time.time() + 60
-            victims: set[int] = set()
-            while not victims and time.time() < deadline:
-                victims = ray_processes("ray::ImplicitFunc")
-                time.sleep(0.2)
-            time.sleep(1.0)
+            victims = busy_trial_worker(before, cpu=1.0)  # mid-trial, not while it starts
             for pid in victims:
                 os.kill(pid, signal.SIGKILL)
             assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
@@ -196,7 +214,7 @@ class TestInterruptsAndRaces:
         proc, log = start(url, name, tmp_path, "--set", "trial.finetune_steps=400")
         try:
             wait_for(log, r"trial 1: started", proc)
-            time.sleep(1.0)
+            busy_trial_worker(before)  # mid-trial
             if signum == signal.SIGINT:
                 os.killpg(proc.pid, signum)
             else:
@@ -238,7 +256,9 @@ class TestInterruptsAndRaces:
         )
         try:
             wait_for(log, r"trial 0: started", first)
-            time.sleep(2.5)  # longer than the newcomer's TTL
+            # The first driver's heartbeat older than the newcomer's TTL (1s), as the newcomer
+            # then judged it: a lease it must not take, by the holder's own TTL (60s).
+            wait_until(lambda: heartbeat_age(url, name) > 1.5, "a heartbeat older than 1.5s", 30)
             second = run_smoke_study(url, name, *SLOWER, "--set", "study.lease_seconds=1", cwd=tmp_path)
             assert second.returncode == 2 and "being run by another driver" in second.stderr, second.stderr
             assert first.wait(timeout=300) == 0, log.read_text()[-3000:]

@@ -9,7 +9,7 @@ The weights are written under a temporary name and renamed into place, the confi
 records the SHA-256 of the weights and of every tokenizer file, and ``load_model`` checks them.
 So a write cut short, a truncated copy or a flipped bit is a ``CorruptModel`` error naming the
 folder and the file, never a model with wrong weights. (A Hugging Face family's trial can also be
-exported as a standard ``save_pretrained`` folder: trainers/hf.py.)
+exported as a standard ``save_pretrained`` folder: trainers/hf/family.py.)
 """
 
 from __future__ import annotations

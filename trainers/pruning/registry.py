@@ -33,7 +33,7 @@ LossFn = Callable[[Any, torch.Tensor, torch.Tensor, "list[torch.Tensor] | None"]
 class PruneContext:
     """What a method may use to choose heads."""
 
-    model: Any  # the dense model (trainers/model.py's or trainers/hf.py's), trained in place by gate methods
+    model: Any  # the dense model (any family's PrunableModel), trained in place by gate methods
     tokens: torch.Tensor  # the training split's token ids
     hp: Any  # trainers.hparams.TrialHParams: the shared hyperparameters and every method's knobs
     steps: int  # the pruning phase's budget of steps
