@@ -37,7 +37,8 @@ TINY = [
     "trial.batch_size=2",
     "study.cpus_per_trial=1",
 ]
-DEFAULT_TRIAL_SECONDS = 62.0  # median trial wall time of the default study, uncontended (README)
+# median trial wall time of the default study, uncontended (docs/journal/2026-12-02-orchestration-overhead.md)
+DEFAULT_TRIAL_SECONDS = 62.0
 
 
 def span_and_compute(study: optuna.Study) -> tuple[float, float]:

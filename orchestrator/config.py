@@ -72,15 +72,22 @@ class StudySettings:
     startup_trials: int = bounded(
         0, 0, doc="trials spread over sparsity before the sampler models (0: n/2 + 1, <= one per size)"
     )
-    sampler: str = choice("tpe", SAMPLERS, doc="how Optuna chooses after the start-up (README: the sampler)")
+    sampler: str = choice(
+        "tpe", SAMPLERS, doc="how Optuna chooses after the start-up (docs/explanation/search.md)"
+    )
     gap_fill_every: int = bounded(
-        0, 0, doc="after the start-up, every N-th trial fills the front's widest gap (0: none; README)"
+        0,
+        0,
+        doc="after the start-up, every N-th trial fills the front's widest gap (0: none)",
     )
     warm_start: bool = bounded(
-        False, doc="a trial prunes the front's next larger model, not the dense one (README: warm starts)"
+        False,
+        doc="a trial prunes the front's next larger model, not the dense one (docs/explanation/search.md)",
     )
     artifacts: str = bounded(
-        "", kind=str, doc="where models go, as --artifacts: a folder or s3://bucket/prefix (README: clusters)"
+        "",
+        kind=str,
+        doc="where models go, as --artifacts: a folder or s3://bucket/prefix (docs/howto/clusters.md)",
     )
 
 

@@ -326,7 +326,7 @@ PREFLIGHT = {
     "gpus without gpus": (["--set", "study.gpus_per_trial=1"], ["gpus_per_trial = 1", "0 GPU"]),
     "unreachable ray": (["--ray-address", "127.0.0.1:1"], ["cannot reach the Ray cluster at 127.0.0.1:1"]),
     "malformed ray address": (["--ray-address", "nowhere"], ["--ray-address 'nowhere'", "host:port"]),
-    # PostgreSQL runs on every machine here (README): a port that answers, but not as Ray
+    # PostgreSQL runs on every machine here (docs/howto/develop.md): a port that answers, but not as Ray
     "ray address that is not ray": (["--ray-address", "127.0.0.1:5432"], ["answers there, but not Ray"]),
     "escaping study name": (["--study-name", "../../escape"], ["study name '../../escape'"]),
     "long study name": (["--study-name", "a" * 300], ["study name 'aaaa", "1-100"]),
