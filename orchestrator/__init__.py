@@ -25,34 +25,15 @@ def _study_and_options(study_file: str | Path, overrides, **options):
     return cfg, RunOptions.for_study(cfg, **options)
 
 
-def run_study(
-    study_file: str | Path,
-    *,
-    overrides: list[str] = (),
-    storage: str | None = None,
-    study_name: str | None = None,
-    n_trials: int | None = None,
-    max_concurrent: int | None = None,
-    artifacts: str | Path | None = None,
-    output: str | Path | None = None,
-    ray_address: str | None = None,
-):
+def run_study(study_file: str | Path, *, overrides: list[str] = (), **options):
     """Run (or resume) the study in ``study_file`` (``launch-study run``); returns
     ``orchestrator.runner.RunSummary``. ``overrides`` are ``--set`` items
-    (``"trial.finetune_steps=100"``)."""
+    (``"trial.finetune_steps=100"``); ``options`` are ``session.RunOptions.for_study``'s
+    (``storage``, ``study_name``, ``n_trials``, ``max_concurrent``, ``artifacts``, ``output``,
+    ``ray_address``), each left out taking the study file's value or the CLI's default."""
     from orchestrator.runner import run_study as run
 
-    cfg, opts = _study_and_options(
-        study_file,
-        overrides,
-        storage=storage,
-        study_name=study_name,
-        n_trials=n_trials,
-        max_concurrent=max_concurrent,
-        artifacts=artifacts,
-        output=output,
-        ray_address=ray_address,
-    )
+    cfg, opts = _study_and_options(study_file, overrides, **options)
     return run(cfg, opts)
 
 
