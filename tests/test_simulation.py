@@ -5,6 +5,7 @@ invariants of a real one."""
 from __future__ import annotations
 
 import optuna
+import pytest
 from optuna.trial import TrialState
 
 from bench import driver as bench_driver
@@ -67,6 +68,7 @@ def test_the_driver_storage_holds_what_the_database_holds(tmp_path):
     assert [_fields(t) for t in reloaded.get_all_trials(study_id)] == [_fields(t) for t in from_database]
 
 
+@pytest.mark.slow  # a simulated study of hundreds of trials: seconds
 def test_a_simulated_study_ends_with_the_invariants_of_a_real_one():
     """A few hundred trials, 32 in flight, early stopping and warm starts of the default study,
     on SQLite: exactly the trials asked for, every one told (none left running), the frontier
@@ -136,6 +138,7 @@ def test_a_simulated_trial_records_what_a_real_one_does(tmp_path):
     assert all({"stopped_at_step", "rung_val_perplexity", "curve"} <= t.user_attrs.keys() for t in stopped)
 
 
+@pytest.mark.slow  # a simulated study of hundreds of trials: seconds
 def test_past_its_window_tpe_proposes_from_the_recent_trials_only(tmp_path, monkeypatch):
     """With a window of 30 finished trials: until then the study's own TPE samples (nothing
     enqueued for it); after it every searched trial not a gap fill takes a whole point (method
