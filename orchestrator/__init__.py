@@ -37,7 +37,7 @@ def run_study(study_file: str | Path, *, overrides: list[str] = (), **options):
     return run(cfg, opts)
 
 
-def replicate_study(study_file: str | Path, seeds: int = 3, *, overrides: list[str] = (), **options):
+def replicate_study(study_file: str | Path, seeds: int = 2, *, overrides: list[str] = (), **options):
     """Train the front of the study that ran from ``study_file`` again at ``seeds`` more seeds
     (``launch-study replicate``); ``options`` as ``run_study``'s. Returns
     ``orchestrator.replicates.ReplicateSummary``."""

@@ -25,6 +25,7 @@ from orchestrator.execution import (
 from orchestrator.inputs import dense_location
 from orchestrator.interrupts import Interrupted, keep_sigterm_handler, wind_down
 from orchestrator.session import RunOptions
+from trainers.plugins import PLUGINS_ENV, plugin_modules
 from trainers.pretrain import DenseCheckpoint
 from trainers.trial import dense_weights
 
@@ -118,6 +119,8 @@ def tune_folder(artifacts: str) -> Path:
 def _init_ray(opts: RunOptions, local: dict) -> None:
     import ray
 
+    if opts.ray_address and plugin_modules():  # a cluster's workers do not inherit our environment
+        local = {**local, "runtime_env": {"env_vars": {PLUGINS_ENV: os.environ[PLUGINS_ENV]}}}
     ray.init(
         # "local": a fresh instance of our own, never whatever cluster `ray start` left recorded
         # in /tmp/ray; joining a cluster is what --ray-address / RAY_ADDRESS is for.

@@ -208,3 +208,51 @@ def test_a_study_of_today_resumes_and_replicates(tmp_path):
             assert {row["seeds"] for row in csv.DictReader(f)} == {"2"}
     finally:
         kill_new_ray_processes(ray_before)
+
+
+UPGRADE = """
+import sys, time
+import sqlalchemy as sa
+from orchestrator.storage.schema import upgrade
+engine = sa.create_engine(sys.argv[1], connect_args={"timeout": 60})
+while time.time() < float(sys.argv[2]):  # all start together
+    time.sleep(0.001)
+upgrade(engine)
+"""
+
+
+@pytest.mark.slow  # processes of their own: Alembic's context is one per process
+@pytest.mark.parametrize("fixture", [None, BEFORE_TEST_SPLIT], ids=["new", "before-migrations"])
+def test_drivers_upgrading_one_database_at_once_all_end_at_the_head(fixture, tmp_path):
+    """Found in review: on SQLite (and MySQL) each DDL statement commits alone, so a driver that
+    lost the race to make the version table failed with a traceback. Each now tries again."""
+    import subprocess
+    import sys
+    import time
+
+    url = copied(fixture, tmp_path) if fixture else f"sqlite:///{tmp_path}/new.db"
+    if not fixture:
+        optuna.storages.RDBStorage(url)  # Optuna's tables, as a run makes them first
+    at = str(time.time() + 8)  # the interpreters are up by then
+    drivers = [
+        subprocess.Popen([sys.executable, "-c", UPGRADE, url, at], stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    failures = [d.stderr.read() for d in drivers if d.wait(timeout=180) != 0]
+    assert failures == []
+    engine = sa.create_engine(url)
+    assert current_revision(engine) == head_revision() and structural(differences(engine)) == []
+    engine.dispose()
+
+
+def test_a_database_a_newer_version_migrated_is_refused_in_one_line(tmp_path):
+    from orchestrator.errors import UserError
+
+    url = copied(TODAY, tmp_path)
+    open_store(url)
+    engine = sa.create_engine(url)
+    with engine.begin() as connection:
+        connection.exec_driver_sql(f"UPDATE {VERSION_TABLE} SET version_num = '9999'")
+    with pytest.raises(UserError, match="revision 9999, made by a newer headprune"):
+        open_store(url)
+    engine.dispose()

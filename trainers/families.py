@@ -155,10 +155,14 @@ def register_family(family: ModelFamily) -> ModelFamily:
 def families() -> dict[str, ModelFamily]:
     global _discovered
     if not _discovered:
-        _discovered = True
-        for module in BUILT_IN_MODULES:
-            importlib.import_module(module)
-        import_plugins()
+        _discovered = True  # before the imports: a module being imported may ask for the families
+        try:
+            for module in BUILT_IN_MODULES:
+                importlib.import_module(module)
+            import_plugins()
+        except BaseException:
+            _discovered = False  # asked again, the imports are tried again
+            raise
     return dict(_REGISTRY)
 
 

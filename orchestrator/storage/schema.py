@@ -8,6 +8,8 @@ Alembic's default one in the same database.
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -19,7 +21,12 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from orchestrator.errors import UserError
+from orchestrator.storage.urls import redact, scrub
+
 VERSION_TABLE = "headprune_alembic_version"
+# Alembic's ``context`` (migrations/env.py) is one per process: upgrades in threads take turns.
+_ALEMBIC = threading.Lock()
 MIGRATIONS = Path(__file__).parent / "migrations"
 
 
@@ -99,16 +106,50 @@ def current_revision(engine: sa.Engine) -> str | None:
         ).get_current_revision()
 
 
-def upgrade(engine: sa.Engine, revision: str = "head") -> None:
-    """Bring the database to ``revision`` (the head: the tables as declared here): idempotent,
-    and a no-op when it is there. Two drivers upgrading one database at once: the second's
-    transaction fails once the first has written, and it finds the revision there."""
+def known_revisions() -> set[str]:
+    return {script.revision for script in ScriptDirectory(str(MIGRATIONS)).walk_revisions()}
+
+
+def upgrade(engine: sa.Engine, revision: str = "head", patience_seconds: float = 60.0) -> None:
+    """Bring the database to ``revision`` (the head: the tables as declared here): a no-op when
+    it is there. A database a newer version migrated further is refused in one line.
+
+    Several drivers may upgrade one database at once (a study started twice, replicate beside
+    run). Where DDL is transactional (PostgreSQL) the later ones fail once the first has
+    committed; on SQLite and MySQL each statement commits alone, so a later one fails mid-way.
+    Either way it tries again until the revision is there: every revision makes only what is
+    missing, so a retry finishes what another driver began."""
     target = head_revision() if revision == "head" else revision
-    if current_revision(engine) == target:
+    found = current_revision(engine)
+    if found == target:
         return
-    try:
-        with engine.begin() as connection:
-            command.upgrade(_config(connection), target)
-    except SQLAlchemyError:
-        if current_revision(engine) != target:
-            raise
+    if found is not None and found not in known_revisions():
+        raise UserError(
+            f"database {_shown(engine)}: this project's tables are at revision {found}, made by a "
+            f"newer headprune (this one knows up to {head_revision()}): upgrade headprune"
+        )
+    deadline, wait = time.monotonic() + patience_seconds, 0.05
+    while True:
+        try:
+            with _ALEMBIC, engine.begin() as connection:
+                command.upgrade(_config(connection), target)
+            return
+        except SQLAlchemyError as err:
+            if current_revision(engine) == target:
+                return  # another driver finished it
+            if time.monotonic() > deadline:
+                reason = scrub(str(getattr(err, "orig", err)).strip().splitlines()[0], _real(engine))
+                raise UserError(
+                    f"database {_shown(engine)}: cannot bring this project's tables to revision "
+                    f"{target} ({reason})"
+                ) from None
+            time.sleep(wait)  # another driver is part-way through: let it go on
+            wait = min(wait * 2, 1.0)
+
+
+def _shown(engine: sa.Engine) -> str:
+    return redact(_real(engine))
+
+
+def _real(engine: sa.Engine) -> str:
+    return engine.url.render_as_string(hide_password=False)

@@ -84,12 +84,16 @@ def _discover() -> None:
     global _discovered
     if _discovered:
         return
-    _discovered = True
-    package = importlib.import_module("trainers.pruning")
-    for module in pkgutil.iter_modules(package.__path__):
-        if module.name != "registry":
-            importlib.import_module(f"trainers.pruning.{module.name}")
-    import_plugins()
+    _discovered = True  # before the imports: a module being imported may ask for the methods
+    try:
+        package = importlib.import_module("trainers.pruning")
+        for module in pkgutil.iter_modules(package.__path__):
+            if module.name != "registry":
+                importlib.import_module(f"trainers.pruning.{module.name}")
+        import_plugins()
+    except BaseException:
+        _discovered = False  # asked again, the imports are tried again
+        raise
 
 
 def methods() -> dict[str, Method]:
