@@ -212,10 +212,12 @@ def test_a_study_of_today_resumes_and_replicates(tmp_path):
 
 UPGRADE = """
 import sys, time
+from pathlib import Path
 import sqlalchemy as sa
 from orchestrator.storage.schema import upgrade
 engine = sa.create_engine(sys.argv[1], connect_args={"timeout": 60})
-while time.time() < float(sys.argv[2]):  # all start together
+print("ready", flush=True)
+while not Path(sys.argv[2]).exists():  # all start together, once every one is ready
     time.sleep(0.001)
 upgrade(engine)
 """
@@ -228,16 +230,22 @@ def test_drivers_upgrading_one_database_at_once_all_end_at_the_head(fixture, tmp
     lost the race to make the version table failed with a traceback. Each now tries again."""
     import subprocess
     import sys
-    import time
 
     url = copied(fixture, tmp_path) if fixture else f"sqlite:///{tmp_path}/new.db"
     if not fixture:
         optuna.storages.RDBStorage(url)  # Optuna's tables, as a run makes them first
-    at = str(time.time() + 8)  # the interpreters are up by then
+    go = tmp_path / "go"
     drivers = [
-        subprocess.Popen([sys.executable, "-c", UPGRADE, url, at], stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", UPGRADE, url, str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(4)
     ]
+    assert [d.stdout.readline().strip() for d in drivers] == ["ready"] * 4
+    go.touch()
     failures = [d.stderr.read() for d in drivers if d.wait(timeout=180) != 0]
     assert failures == []
     engine = sa.create_engine(url)
@@ -255,4 +263,25 @@ def test_a_database_a_newer_version_migrated_is_refused_in_one_line(tmp_path):
         connection.exec_driver_sql(f"UPDATE {VERSION_TABLE} SET version_num = '9999'")
     with pytest.raises(UserError, match="revision 9999, made by a newer headprune"):
         open_store(url)
+    engine.dispose()
+
+
+def test_an_upgrade_that_lost_a_race_tries_again(monkeypatch, tmp_path):
+    """The race above made deterministic: the first attempt fails as a loser's CREATE TABLE does
+    on SQLite (the other driver made the table first); the driver tries again and finishes."""
+    from alembic import command
+
+    url = copied(BEFORE_TEST_SPLIT, tmp_path)
+    real, attempts = command.upgrade, []
+
+    def lost_the_race_once(config, revision):
+        attempts.append(revision)
+        if len(attempts) == 1:
+            raise sa.exc.OperationalError("CREATE TABLE", {}, Exception("table already exists"))
+        real(config, revision)
+
+    monkeypatch.setattr(command, "upgrade", lost_the_race_once)
+    engine = sa.create_engine(url)
+    upgrade(engine)
+    assert len(attempts) == 2 and current_revision(engine) == head_revision()
     engine.dispose()
