@@ -314,10 +314,10 @@ def _check_model(path: Path, table: Any, corpus: dict[str, Any]) -> dict[str, An
     where = f"{path}: [model]"
     if not isinstance(table, dict):
         raise UserError(f"{where}: must be a table")
-    chosen = _table(
-        where, {"family": table["family"]} if "family" in table else {}, {"family": MODEL_SPECS["family"]}
+    spec = MODEL_SPECS["family"]
+    declared = family(
+        check_value(f"{where} family", table["family"], spec) if "family" in table else spec["default"]
     )
-    declared = family(chosen["family"])
     own = {"family": MODEL_SPECS["family"], **SHARED_MODEL_KEYS, **declared.keys}
     for key in table:
         if key not in own and key in MODEL_SPECS:

@@ -16,7 +16,15 @@ import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from helpers import SMOKE, cli_in_process, kill_new_ray_processes, launch, ray_processes, server_url
+from helpers import (
+    SMOKE,
+    cli_in_process,
+    expected_front,
+    kill_new_ray_processes,
+    launch,
+    ray_processes,
+    server_url,
+)
 from optuna.trial import TrialState
 
 from orchestrator.storage import open_store, read_frontier
@@ -99,19 +107,12 @@ def test_export_of_a_database_of_today_gives_the_front_it_recorded(tmp_path):
     )
     assert run.returncode == 0, run.stderr
     study = optuna.load_study(study_name="smoke", storage=url)
-    complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
-    expected = {
-        t.number
-        for t in complete
-        if not any(
-            o.values[0] <= t.values[0] and o.values[1] <= t.values[1] and o.values != t.values
-            for o in complete
-        )
-    }
     with out.open() as f:
-        exported = {int(row["trial_number"]): float(row["val_perplexity"]) for row in csv.DictReader(f)}
-    assert set(exported) == expected
-    assert all(exported[t.number] == t.values[0] for t in complete if t.number in expected)
+        exported = sorted(
+            (int(row["trial_number"]), float(row["val_perplexity"]), int(row["n_params"]))
+            for row in csv.DictReader(f)
+        )
+    assert exported == expected_front(study)
 
 
 def test_a_trial_model_saved_by_today_exports(tmp_path):

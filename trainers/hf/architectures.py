@@ -47,6 +47,11 @@ def architectures() -> dict[str, Architecture]:
     return _REGISTRY
 
 
+def grouped_query() -> list[str]:
+    """The architectures whose key/value heads may be fewer than their query heads."""
+    return [name for name, found in architectures().items() if found.grouped_query]
+
+
 def architecture(name: str) -> Architecture:
     found = architectures().get(name)
     if found is None:

@@ -48,9 +48,9 @@ class HuggingFaceFamily(ModelFamily):
         kv = model["n_kv_head"] or model["n_head"]
         if model["n_head"] % kv:
             raise ValueError(f"n_head {model['n_head']} is not a multiple of n_kv_head {kv}")
-        from trainers.hf.architectures import architectures
+        from trainers.hf.architectures import grouped_query
 
-        grouped = [name for name, arch in architectures().items() if arch.grouped_query]
+        grouped = grouped_query()
         if kv != model["n_head"] and model["architecture"] not in grouped:
             names = " or ".join(repr(name) for name in grouped)
             raise ValueError(f"n_kv_head: grouped-query attention is for architecture = {names}")

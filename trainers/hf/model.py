@@ -24,7 +24,7 @@ from transformers import (
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.utils import cached_file
 
-from trainers.hf.architectures import architecture, architectures
+from trainers.hf.architectures import architecture, architectures, grouped_query
 from trainers.hf.export_keys import BLOCK_SIZE_KEY, EXPORT_KEYS, HEADS_KEY, KV_HEADS_KEY
 
 ATTENTION = "headprune"  # the attention implementation name our models run under
@@ -212,8 +212,9 @@ def architecture_config(
     if d_model % n_head:
         raise ValueError(f"d_model ({d_model}) must be divisible by n_head ({n_head})")
     if n_kv_head not in (None, n_head) and not arch.grouped_query:
-        grouped = [other for other, found in architectures().items() if found.grouped_query]
-        raise ValueError(f"grouped-query attention (n_kv_head) is for {', '.join(grouped)}, not {name}")
+        raise ValueError(
+            f"grouped-query attention (n_kv_head) is for {', '.join(grouped_query())}, not {name}"
+        )
     no_tokens = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
     sizes = arch.config_sizes(n_layer, n_head, d_model, block_size, n_kv_head, dropout)
     config = AutoConfig.for_model(name, vocab_size=vocab_size, initializer_range=0.02, **sizes, **no_tokens)
